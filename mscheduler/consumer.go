@@ -1,0 +1,320 @@
+package mscheduler
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+	"golang.org/x/sync/semaphore"
+)
+
+// Handler executes one run of a task. It returns the run's result, stored in
+// the run record, or an error, retried locally up to the task's MaxRetries.
+// Its context is cancelled when the run's lease is lost ([ErrLeaseLost]) or
+// when the consumer stops past its deadline ([ErrShutdown]); see
+// context.Cause.
+type Handler[P, R any] func(ctx context.Context, task *Task[P]) (R, error)
+
+// Discovery says how a consumer learns about new claimable tasks.
+type Discovery string
+
+const (
+	// DiscoveryAuto uses a change stream where the server has them and polls
+	// otherwise.
+	DiscoveryAuto Discovery = "auto"
+	// DiscoveryPoll only polls.
+	DiscoveryPoll Discovery = "poll"
+	// DiscoveryChangeStream requires a change stream; Start fails without one.
+	DiscoveryChangeStream Discovery = "change_stream"
+)
+
+// Defaults of ConsumerConfig.
+const (
+	CapacityDefault                 = 10
+	PollIntervalDefault             = time.Second
+	ChangeStreamPollIntervalDefault = 15 * time.Second
+	SweepIntervalDefault            = 5 * time.Second
+	ReleaseTimeoutDefault           = 5 * time.Second
+	WriteTimeoutDefault             = 10 * time.Second
+	RunsKeptDefault                 = 20
+)
+
+// ConsumerConfig configures a [Consumer]. The zero value is ready to use.
+type ConsumerConfig struct {
+	// WorkerID names this worker in the task documents. It must not contain
+	// '.' or start with '$'. Defaults to [DefaultWorkerID].
+	WorkerID string
+	// Groups are the worker groups this worker belongs to: it may run tasks
+	// targeted at any of them, and tasks with no group. Defaults to none.
+	Groups []string
+	// Capacity is the most handlers that run at once; the consumer never
+	// claims more runs than it has free slots. Defaults to [CapacityDefault].
+	Capacity int
+	// Discovery defaults to [DiscoveryAuto].
+	Discovery Discovery
+	// PollInterval is how often the consumer looks for claimable tasks when
+	// it has free slots and no change stream, with ±20% jitter so that
+	// workers do not poll in step. Defaults to [PollIntervalDefault].
+	PollInterval time.Duration
+	// ChangeStreamPollInterval is the fallback poll while a change stream is
+	// open. Defaults to [ChangeStreamPollIntervalDefault].
+	ChangeStreamPollInterval time.Duration
+	// SweepInterval is the longest time between two looks for runs whose
+	// lease lapsed; the consumer also looks when the earliest lease it knows
+	// of runs out. Defaults to [SweepIntervalDefault].
+	SweepInterval time.Duration
+	// ReleaseTimeout is how long Stop waits, after cancelling handlers, for
+	// them to return before it releases their runs anyway and abandons them.
+	// Defaults to [ReleaseTimeoutDefault].
+	ReleaseTimeout time.Duration
+	// WriteTimeout bounds each write that ends a run. Defaults to
+	// [WriteTimeoutDefault].
+	WriteTimeout time.Duration
+	// RunsKept is how many finished runs a task document keeps. Defaults to
+	// [RunsKeptDefault].
+	RunsKept int
+	// WriteConcern of every write. Defaults to majority: a run end
+	// acknowledged with w:1 can be rolled back by a failover, and the run
+	// would then execute again.
+	WriteConcern *writeconcern.WriteConcern
+	// Logger receives structured logs with the task key, run id and worker
+	// id. Defaults to slog.Default().
+	Logger *slog.Logger
+	// OnEvent, if set, is called for every [Event], from the goroutine where
+	// it happens. It must not block.
+	OnEvent func(Event)
+	// Clock is the local clock; the server's clock is estimated from it.
+	// Defaults to time.Now.
+	Clock func() time.Time
+	// ClockSyncInterval is how often the server clock offset is measured
+	// again. Defaults to [ClockSyncIntervalDefault].
+	ClockSyncInterval time.Duration
+}
+
+// DefaultWorkerID is host-pid-8 hex digits of a random UUID, with any '.' of
+// the host name replaced by '-'.
+func DefaultWorkerID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "worker"
+	}
+	host = strings.NewReplacer(".", "-", "$", "-").Replace(host)
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
+}
+
+func (c *ConsumerConfig) withDefaults() *ConsumerConfig {
+	out := ConsumerConfig{}
+	if c != nil {
+		out = *c
+	}
+	if out.WorkerID == "" {
+		out.WorkerID = DefaultWorkerID()
+	}
+	out.Capacity = cmp.Or(out.Capacity, CapacityDefault)
+	out.Discovery = cmp.Or(out.Discovery, DiscoveryAuto)
+	out.PollInterval = cmp.Or(out.PollInterval, PollIntervalDefault)
+	out.ChangeStreamPollInterval = cmp.Or(out.ChangeStreamPollInterval, ChangeStreamPollIntervalDefault)
+	out.SweepInterval = cmp.Or(out.SweepInterval, SweepIntervalDefault)
+	out.ReleaseTimeout = cmp.Or(out.ReleaseTimeout, ReleaseTimeoutDefault)
+	out.WriteTimeout = cmp.Or(out.WriteTimeout, WriteTimeoutDefault)
+	out.RunsKept = cmp.Or(out.RunsKept, RunsKeptDefault)
+	out.ClockSyncInterval = cmp.Or(out.ClockSyncInterval, ClockSyncIntervalDefault)
+	if out.WriteConcern == nil {
+		out.WriteConcern = writeconcern.Majority()
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.Clock == nil {
+		out.Clock = time.Now
+	}
+	return &out
+}
+
+func (c *ConsumerConfig) validate() error {
+	if err := ValidateWorkerID(c.WorkerID); err != nil {
+		return err
+	}
+	for i, g := range c.Groups {
+		if g == "" {
+			return invalid(fmt.Sprintf("Groups[%d]", i), "must not be empty")
+		}
+	}
+	switch {
+	case c.Capacity < 1:
+		return invalid("Capacity", "must be at least 1, got %d", c.Capacity)
+	case c.Discovery != DiscoveryAuto && c.Discovery != DiscoveryPoll && c.Discovery != DiscoveryChangeStream:
+		return invalid("Discovery", "must be auto, poll or change_stream, got %q", c.Discovery)
+	case c.PollInterval < 0 || c.ChangeStreamPollInterval < 0 || c.SweepInterval < 0:
+		return invalid("PollInterval", "intervals must not be negative")
+	case c.RunsKept < 1:
+		return invalid("RunsKept", "must be at least 1, got %d", c.RunsKept)
+	}
+	return nil
+}
+
+// Consumer claims and executes tasks with parameters P, recording results
+// R. Start it once; Stop it once it is no longer needed.
+type Consumer[P, R any] struct {
+	coll    *mongo.Collection
+	handler Handler[P, R]
+	cfg     *ConsumerConfig
+	clock   *serverClock
+	log     *slog.Logger
+
+	slots  *semaphore.Weighted // one unit per running handler
+	pinger *pinger
+	wakeCh chan struct{} // buffered 1: something may have become claimable
+
+	// fetchCtx stops the claim loop and the watcher; workCtx cancels
+	// handlers. Both are set by Start and never change after.
+	fetchCtx    context.Context
+	fetchCancel context.CancelFunc
+	workCtx     context.Context
+	workCancel  context.CancelCauseFunc
+	loops       sync.WaitGroup // claim loop, watcher, pinger
+	runs        sync.WaitGroup // run goroutines
+
+	lifeMu   sync.Mutex // guards started and stopped
+	started  bool
+	stopped  bool
+	stopOnce sync.Once
+	stopErr  error
+
+	watching watchState // written by the watcher, read by the claim loop
+}
+
+// NewConsumer returns a consumer of coll that runs handler. It does no I/O.
+func NewConsumer[P, R any](coll *mongo.Collection, handler Handler[P, R], cfg *ConsumerConfig) (*Consumer[P, R], error) {
+	if coll == nil {
+		return nil, invalid("coll", "must not be nil")
+	}
+	if handler == nil {
+		return nil, invalid("handler", "must not be nil")
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	con := &Consumer[P, R]{
+		coll:    coll.Clone(options.Collection().SetWriteConcern(c.WriteConcern)),
+		handler: handler,
+		cfg:     c,
+		clock:   newServerClock(c.Clock, c.ClockSyncInterval),
+		log:     c.Logger.With("worker_id", c.WorkerID, "collection", coll.Name()),
+		slots:   semaphore.NewWeighted(int64(c.Capacity)),
+		wakeCh:  make(chan struct{}, 1),
+	}
+	con.pinger = newPinger(con.coll, c.WorkerID, con.clock, con.emit, con.log)
+	return con, nil
+}
+
+// WorkerID is the id this consumer claims runs under.
+func (c *Consumer[P, R]) WorkerID() string { return c.cfg.WorkerID }
+
+// ClockOffset is the last measured offset of the server's clock from the
+// local one.
+func (c *Consumer[P, R]) ClockOffset() time.Duration { return c.clock.Offset() }
+
+// Start measures the server clock, opens the change stream if the server
+// has one, and starts claiming in the background. ctx bounds only this
+// start-up; the consumer runs until Stop.
+func (c *Consumer[P, R]) Start(ctx context.Context) error {
+	c.lifeMu.Lock()
+	defer c.lifeMu.Unlock()
+	switch {
+	case c.stopped:
+		return ErrStopped
+	case c.started:
+		return errors.New("mscheduler: consumer already started")
+	}
+	if err := c.clock.ensure(ctx, c.coll.Database()); err != nil {
+		return err
+	}
+	c.fetchCtx, c.fetchCancel = context.WithCancel(context.Background())
+	c.workCtx, c.workCancel = context.WithCancelCause(context.Background())
+	stream, err := c.openStream(ctx)
+	if err != nil {
+		c.fetchCancel()
+		c.workCancel(err)
+		return err
+	}
+	c.started = true
+	c.loops.Add(2)
+	go func() { defer c.loops.Done(); c.pinger.loop(c.workCtx) }()
+	go func() { defer c.loops.Done(); c.claimLoop(c.fetchCtx) }()
+	if stream != nil {
+		c.loops.Add(1)
+		go func() { defer c.loops.Done(); c.watchLoop(c.fetchCtx, stream) }()
+	}
+	return nil
+}
+
+// Stop stops claiming, waits for running handlers until ctx is done, then
+// cancels them (cause [ErrShutdown]) and releases their runs so that other
+// workers can claim them at once, without waiting for the lease to lapse. A
+// handler that ignores its context for longer than ReleaseTimeout is
+// abandoned: its run is released anyway and its late result is not written.
+// Stop is idempotent and safe to call before Start.
+func (c *Consumer[P, R]) Stop(ctx context.Context) error {
+	c.stopOnce.Do(func() { c.stopErr = c.stop(ctx) })
+	return c.stopErr
+}
+
+func (c *Consumer[P, R]) stop(ctx context.Context) error {
+	c.lifeMu.Lock()
+	c.stopped = true
+	started := c.started
+	c.lifeMu.Unlock()
+	if !started {
+		return nil
+	}
+	c.fetchCancel()
+	if err := c.slots.Acquire(ctx, int64(c.cfg.Capacity)); err != nil {
+		c.workCancel(ErrShutdown)
+		grace, cancel := context.WithTimeout(context.Background(), c.cfg.ReleaseTimeout)
+		err = c.slots.Acquire(grace, int64(c.cfg.Capacity))
+		cancel()
+		if err != nil {
+			c.releaseAbandoned()
+		}
+	}
+	c.workCancel(ErrShutdown)
+	c.loops.Wait()
+	return nil
+}
+
+// wake tells the claim loop that a task may have become claimable.
+func (c *Consumer[P, R]) wake() {
+	select {
+	case c.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Consumer[P, R]) emit(e Event) {
+	if e.WorkerID == "" {
+		e.WorkerID = c.cfg.WorkerID
+	}
+	if e.At.IsZero() {
+		e.At = c.clock.Now()
+	}
+	if c.cfg.OnEvent != nil {
+		c.cfg.OnEvent(e)
+	}
+}
+
+// writeCtx bounds a write that must happen even while the consumer stops.
+func (c *Consumer[P, R]) writeCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
+}

@@ -1,0 +1,121 @@
+package mscheduler
+
+import (
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// SchemaVersion is the version of the task document layout written by this
+// library.
+const SchemaVersion = 1
+
+// Field names of the task document. Queries and updates name fields only
+// through these, so that the schema documented in the README has one source.
+const (
+	fKey             = "key"
+	fSchema          = "schema"
+	fParams          = "params"
+	fStatus          = "status"
+	fPriority        = "priority"
+	fRunAt           = "run_at"
+	fConcurrency     = "concurrency"
+	fDistinct        = "distinct_workers"
+	fWorkerIDs       = "worker_ids"
+	fGroup           = "group"
+	fPingIntervalMS  = "ping_interval_ms"
+	fWorkerTimeoutMS = "worker_timeout_ms"
+	fMaxRetries      = "max_retries"
+	fRetryDelayMS    = "retry_delay_ms"
+	fMaxFailedRuns   = "max_failed_runs"
+	fFree            = "free"
+	fRunning         = "running"
+	fSucceeded       = "succeeded"
+	fFailedRuns      = "failed_runs"
+	fHolders         = "holders"
+	fDoneBy          = "done_by"
+	fNextExpiry      = "next_expiry"
+	fRev             = "rev"
+	fRuns            = "runs"
+	fCreatedAt       = "created_at"
+	fUpdatedAt       = "updated_at"
+	fDescription     = "description"
+	fSource          = "source"
+	fTags            = "tags"
+
+	// Fields of a holder entry, under holders.<worker id>.
+	hRun        = "run"
+	hStarted    = "started"
+	hLeaseUntil = "lease_until"
+)
+
+// taskDoc is the stored form of a task. The counters free, running,
+// succeeded and failed_runs are kept by every claim and run end so that
+// queries need no $expr: free = concurrency - running - succeeded.
+type taskDoc struct {
+	ID              bson.ObjectID     `bson:"_id,omitempty"`
+	Key             string            `bson:"key"`
+	Schema          int               `bson:"schema"`
+	Params          bson.RawValue     `bson:"params"`
+	Status          Status            `bson:"status"`
+	Priority        int               `bson:"priority"`
+	RunAt           time.Time         `bson:"run_at"`
+	Concurrency     int               `bson:"concurrency"`
+	DistinctWorkers bool              `bson:"distinct_workers"`
+	WorkerIDs       []string          `bson:"worker_ids,omitempty"`
+	Group           string            `bson:"group,omitempty"`
+	PingIntervalMS  int64             `bson:"ping_interval_ms"`
+	WorkerTimeoutMS int64             `bson:"worker_timeout_ms"`
+	MaxRetries      int               `bson:"max_retries"`
+	RetryDelayMS    int64             `bson:"retry_delay_ms"`
+	MaxFailedRuns   int               `bson:"max_failed_runs"`
+	Free            int               `bson:"free"`
+	Running         int               `bson:"running"`
+	Succeeded       int               `bson:"succeeded"`
+	FailedRuns      int               `bson:"failed_runs"`
+	Holders         map[string]holder `bson:"holders,omitempty"`
+	DoneBy          []string          `bson:"done_by,omitempty"`
+	NextExpiry      *time.Time        `bson:"next_expiry,omitempty"`
+	Rev             int64             `bson:"rev"`
+	Runs            []runRecord       `bson:"runs,omitempty"`
+	CreatedAt       time.Time         `bson:"created_at"`
+	UpdatedAt       time.Time         `bson:"updated_at"`
+	Description     string            `bson:"description,omitempty"`
+	Source          string            `bson:"source,omitempty"`
+	Tags            []string          `bson:"tags,omitempty"`
+}
+
+// holder is a run in progress, stored under holders.<worker id>: a worker
+// holds at most one run of a task at a time.
+type holder struct {
+	Run        string    `bson:"run"`
+	Started    time.Time `bson:"started"`
+	LeaseUntil time.Time `bson:"lease_until"`
+}
+
+// runRecord is a finished run, appended to the task's runs (the most recent
+// are kept).
+type runRecord struct {
+	RunID      string        `bson:"run_id"`
+	WorkerID   string        `bson:"worker_id"`
+	Started    time.Time     `bson:"started"`
+	LeaseUntil time.Time     `bson:"lease_until"`
+	Finished   time.Time     `bson:"finished"`
+	Outcome    Outcome       `bson:"outcome"`
+	Attempts   int           `bson:"attempts"`
+	Error      string        `bson:"error,omitempty"`
+	Result     bson.RawValue `bson:"result,omitempty"`
+}
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+func fromMS(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+
+// holderPath is the dotted path of a worker's holder entry.
+func holderPath(workerID string, field ...string) string {
+	p := fHolders + "." + workerID
+	for _, f := range field {
+		p += "." + f
+	}
+	return p
+}

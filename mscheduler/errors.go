@@ -1,0 +1,64 @@
+package mscheduler
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrNotFound is returned when no task has the given key.
+	ErrNotFound = errors.New("mscheduler: task not found")
+	// ErrInvalid is matched (with errors.Is) by every *InvalidError.
+	ErrInvalid = errors.New("mscheduler: invalid input")
+	// ErrLeaseLost is the cause of a handler's context cancellation when its
+	// run was taken away: a ping matched nothing, or pings failed until the
+	// lease lapsed. Nothing more is written about such a run.
+	ErrLeaseLost = errors.New("mscheduler: lease lost")
+	// ErrShutdown is the cause of a handler's context cancellation when the
+	// consumer stops and its deadline has passed; the run is released.
+	ErrShutdown = errors.New("mscheduler: consumer shutting down")
+	// ErrStopped is returned by Start on a consumer that was stopped.
+	ErrStopped = errors.New("mscheduler: consumer stopped")
+)
+
+// InvalidError reports input that was refused before anything was written.
+// Field names the offending field, as in the Go struct or the config.
+type InvalidError struct {
+	Field  string
+	Reason string
+}
+
+func (e *InvalidError) Error() string {
+	return fmt.Sprintf("mscheduler: invalid %s: %s", e.Field, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalid) true for every *InvalidError.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// PanicError is the error a handler panic is recovered into.
+type PanicError struct {
+	Value any
+	Stack string
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("handler panic: %v\n%s", e.Value, e.Stack)
+}
+
+// SkipRetry wraps err so that the run fails at once, without local retries.
+// Use it for errors that a retry cannot fix.
+func SkipRetry(err error) error { return &skipRetryError{err: err} }
+
+type skipRetryError struct{ err error }
+
+func (e *skipRetryError) Error() string { return e.err.Error() }
+func (e *skipRetryError) Unwrap() error { return e.err }
+
+func isSkipRetry(err error) bool {
+	var s *skipRetryError
+	return errors.As(err, &s)
+}

@@ -1,0 +1,39 @@
+package mscheduler
+
+import "time"
+
+// EventKind names what happened in a consumer.
+type EventKind string
+
+const (
+	// EventClaimed: the worker claimed a run of a task.
+	EventClaimed EventKind = "claimed"
+	// EventRetried: a handler call failed and will be retried locally.
+	EventRetried EventKind = "retried"
+	// EventSucceeded: a run succeeded and was recorded.
+	EventSucceeded EventKind = "succeeded"
+	// EventFailed: a run failed after its local retries and was recorded.
+	EventFailed EventKind = "failed"
+	// EventExpired: this worker found another worker's run with a lapsed
+	// lease, recorded it as expired and freed its slot.
+	EventExpired EventKind = "expired"
+	// EventReleased: the worker gave a run back on shutdown.
+	EventReleased EventKind = "released"
+	// EventLeaseLost: a run was taken away from this worker; its handler was
+	// cancelled and nothing more was written about it.
+	EventLeaseLost EventKind = "lease_lost"
+	// EventError: a background operation failed (a claim, a ping, a write);
+	// the consumer keeps going.
+	EventError EventKind = "error"
+)
+
+// Event is reported to ConsumerConfig.OnEvent.
+type Event struct {
+	Kind     EventKind
+	Key      string // the task's key, when the event is about a task
+	RunID    string
+	WorkerID string // the worker the run belongs to
+	Attempt  int    // local attempts made, for run events
+	Err      error  // the handler's or the operation's error, if any
+	At       time.Time
+}

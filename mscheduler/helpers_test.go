@@ -1,0 +1,197 @@
+package mscheduler_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/testmongo"
+)
+
+func TestMain(m *testing.M) { os.Exit(testmongo.Main(m)) }
+
+// waitTimeout bounds every wait for an event; the development server is
+// slow, so it is generous, and a passing test never waits for it.
+const waitTimeout = 60 * time.Second
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// events records consumer events and lets a test wait for a condition on
+// them without sleeping.
+type events struct {
+	mu     sync.Mutex
+	all    []mscheduler.Event
+	signal chan struct{}
+}
+
+func newEvents() *events { return &events{signal: make(chan struct{}, 1)} }
+
+func (e *events) record(ev mscheduler.Event) {
+	e.mu.Lock()
+	e.all = append(e.all, ev)
+	e.mu.Unlock()
+	select {
+	case e.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (e *events) snapshot() []mscheduler.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]mscheduler.Event(nil), e.all...)
+}
+
+func (e *events) count(kind mscheduler.EventKind) int {
+	n := 0
+	for _, ev := range e.snapshot() {
+		if ev.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor waits until cond holds on the events, re-checking on each new
+// event; it fails the test after waitTimeout.
+func (e *events) waitFor(t *testing.T, what string, cond func([]mscheduler.Event) bool) {
+	t.Helper()
+	deadline := time.After(waitTimeout)
+	for !cond(e.snapshot()) {
+		select {
+		case <-e.signal:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s; events: %v", what, summarize(e.snapshot()))
+		}
+	}
+}
+
+func (e *events) waitCount(t *testing.T, kind mscheduler.EventKind, n int) {
+	t.Helper()
+	e.waitFor(t, string(kind)+" events", func(evs []mscheduler.Event) bool {
+		c := 0
+		for _, ev := range evs {
+			if ev.Kind == kind {
+				c++
+			}
+		}
+		return c >= n
+	})
+}
+
+func summarize(evs []mscheduler.Event) map[mscheduler.EventKind]int {
+	out := map[mscheduler.EventKind]int{}
+	for _, ev := range evs {
+		out[ev.Kind]++
+	}
+	return out
+}
+
+// fastConfig is a consumer config with short intervals for tests.
+func fastConfig(workerID string, ev *events) *mscheduler.ConsumerConfig {
+	return &mscheduler.ConsumerConfig{
+		WorkerID:      workerID,
+		PollInterval:  50 * time.Millisecond,
+		SweepInterval: 200 * time.Millisecond,
+		Logger:        quietLog,
+		OnEvent:       ev.record,
+	}
+}
+
+// startConsumer starts a consumer and stops it at the end of the test.
+func startConsumer[P, R any](t *testing.T, coll *mongo.Collection, h mscheduler.Handler[P, R], cfg *mscheduler.ConsumerConfig) *mscheduler.Consumer[P, R] {
+	t.Helper()
+	c, err := mscheduler.NewConsumer(coll, h, cfg)
+	if err != nil {
+		t.Fatalf("NewConsumer: %v", err)
+	}
+	if err := c.Start(ctxT(t)); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Stop(ctx)
+	})
+	return c
+}
+
+func newProducer[P any](t *testing.T, coll *mongo.Collection, cfg *mscheduler.ProducerConfig) *mscheduler.Producer[P] {
+	t.Helper()
+	if err := mscheduler.EnsureIndexes(ctxT(t), coll); err != nil {
+		t.Fatalf("EnsureIndexes: %v", err)
+	}
+	p, err := mscheduler.NewProducer[P](coll, cfg)
+	if err != nil {
+		t.Fatalf("NewProducer: %v", err)
+	}
+	return p
+}
+
+// taskDoc reads a task document for assertions.
+type storedRun struct {
+	RunID    string        `bson:"run_id"`
+	WorkerID string        `bson:"worker_id"`
+	Outcome  string        `bson:"outcome"`
+	Attempts int           `bson:"attempts"`
+	Error    string        `bson:"error"`
+	Result   bson.RawValue `bson:"result"`
+	Started  time.Time     `bson:"started"`
+	Finished time.Time     `bson:"finished"`
+}
+
+type storedTask struct {
+	Key        string         `bson:"key"`
+	Status     string         `bson:"status"`
+	Params     bson.RawValue  `bson:"params"`
+	RunAt      time.Time      `bson:"run_at"`
+	Free       int            `bson:"free"`
+	Running    int            `bson:"running"`
+	Succeeded  int            `bson:"succeeded"`
+	FailedRuns int            `bson:"failed_runs"`
+	Holders    map[string]any `bson:"holders"`
+	DoneBy     []string       `bson:"done_by"`
+	Runs       []storedRun    `bson:"runs"`
+	NextExpiry *time.Time     `bson:"next_expiry"`
+}
+
+func readTask(t *testing.T, coll *mongo.Collection, key string) storedTask {
+	t.Helper()
+	var st storedTask
+	if err := coll.FindOne(context.Background(), bson.D{{Key: "key", Value: key}}).Decode(&st); err != nil {
+		t.Fatalf("read task %q: %v", key, err)
+	}
+	return st
+}
+
+func countDocs(t *testing.T, coll *mongo.Collection, filter bson.D) int64 {
+	t.Helper()
+	n, err := coll.CountDocuments(context.Background(), filter)
+	if err != nil {
+		t.Fatalf("count: %v", err)
+	}
+	return n
+}
+
+// setFields edits a task by hand, as an operator would in mongosh.
+func setFields(t *testing.T, coll *mongo.Collection, key string, set bson.D) {
+	t.Helper()
+	res, err := coll.UpdateOne(context.Background(), bson.D{{Key: "key", Value: key}}, bson.D{{Key: "$set", Value: set}})
+	if err != nil || res.MatchedCount != 1 {
+		t.Fatalf("edit task %q: %v (matched %v)", key, err, res)
+	}
+}

@@ -1,0 +1,36 @@
+package mscheduler
+
+import (
+	"context"
+	"fmt"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// indexModels are the indexes the library's queries need, each named for
+// the query it serves.
+func indexModels() []mongo.IndexModel {
+	return []mongo.IndexModel{
+		// Publishing is idempotent by key; every fenced write selects by key.
+		{Keys: bson.D{{Key: fKey, Value: 1}}, Options: options.Index().SetName("key_unique").SetUnique(true)},
+		// The claim: status $in [pending, running], sorted by priority then run_at.
+		{Keys: bson.D{{Key: fStatus, Value: 1}, {Key: fPriority, Value: -1}, {Key: fRunAt, Value: 1}}, Options: options.Index().SetName("claim")},
+		// The next due task: status $in, run_at > now, sorted by run_at.
+		{Keys: bson.D{{Key: fStatus, Value: 1}, {Key: fRunAt, Value: 1}}, Options: options.Index().SetName("due")},
+		// The sweep: next_expiry < now.
+		{Keys: bson.D{{Key: fNextExpiry, Value: 1}}, Options: options.Index().SetName("next_expiry")},
+		// Filtering by tag.
+		{Keys: bson.D{{Key: fTags, Value: 1}}, Options: options.Index().SetName("tags")},
+	}
+}
+
+// EnsureIndexes creates every index the library's queries need on coll. It
+// is idempotent and safe to call from every process at start-up.
+func EnsureIndexes(ctx context.Context, coll *mongo.Collection) error {
+	if _, err := coll.Indexes().CreateMany(ctx, indexModels()); err != nil {
+		return fmt.Errorf("mscheduler: create indexes on %s: %w", coll.Name(), err)
+	}
+	return nil
+}

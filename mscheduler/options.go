@@ -1,0 +1,183 @@
+package mscheduler
+
+import (
+	"cmp"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// TaskDefaults are the option values a producer gives to tasks that leave an
+// option at zero. Each zero field here takes the package default named in
+// its comment.
+type TaskDefaults struct {
+	// Concurrency defaults to [ConcurrencyDefault].
+	Concurrency int
+	// PingInterval defaults to [PingIntervalDefault].
+	PingInterval time.Duration
+	// WorkerTimeout defaults to [WorkerTimeoutDefault].
+	WorkerTimeout time.Duration
+	// MaxRetries defaults to [MaxRetriesDefault]; [NoRetries] disables them.
+	MaxRetries int
+	// RetryDelay defaults to [RetryDelayDefault].
+	RetryDelay time.Duration
+	// MaxFailedRuns defaults to [MaxFailedRunsDefault].
+	MaxFailedRuns int
+	// Source defaults to empty.
+	Source string
+}
+
+func (d TaskDefaults) withDefaults() TaskDefaults {
+	d.Concurrency = cmp.Or(d.Concurrency, ConcurrencyDefault)
+	d.PingInterval = cmp.Or(d.PingInterval, PingIntervalDefault)
+	d.WorkerTimeout = cmp.Or(d.WorkerTimeout, WorkerTimeoutDefault)
+	d.MaxRetries = cmp.Or(d.MaxRetries, MaxRetriesDefault)
+	d.RetryDelay = cmp.Or(d.RetryDelay, RetryDelayDefault)
+	d.MaxFailedRuns = cmp.Or(d.MaxFailedRuns, MaxFailedRunsDefault)
+	return d
+}
+
+// taskOptions is the subset of a task that validation checks, shared by
+// published tasks and producer defaults.
+type taskOptions struct {
+	Concurrency   int
+	PingInterval  time.Duration
+	WorkerTimeout time.Duration
+	MaxRetries    int
+	RetryDelay    time.Duration
+	MaxFailedRuns int
+}
+
+func (o taskOptions) validate(prefix string) error {
+	switch {
+	case o.Concurrency < 1:
+		return invalid(prefix+"Concurrency", "must be at least 1, got %d", o.Concurrency)
+	case o.PingInterval <= 0:
+		return invalid(prefix+"PingInterval", "must be positive, got %s", o.PingInterval)
+	case o.WorkerTimeout <= 0:
+		return invalid(prefix+"WorkerTimeout", "must be positive, got %s", o.WorkerTimeout)
+	case o.PingInterval >= o.WorkerTimeout:
+		return invalid(prefix+"PingInterval", "must be shorter than WorkerTimeout (%s), got %s", o.WorkerTimeout, o.PingInterval)
+	case o.MaxRetries < NoRetries:
+		return invalid(prefix+"MaxRetries", "must be NoRetries (-1) or more, got %d", o.MaxRetries)
+	case o.RetryDelay < 0:
+		return invalid(prefix+"RetryDelay", "must not be negative, got %s", o.RetryDelay)
+	case o.MaxFailedRuns < 1:
+		return invalid(prefix+"MaxFailedRuns", "must be at least 1, got %d", o.MaxFailedRuns)
+	}
+	return nil
+}
+
+func (d TaskDefaults) options() taskOptions {
+	return taskOptions{d.Concurrency, d.PingInterval, d.WorkerTimeout, d.MaxRetries, d.RetryDelay, d.MaxFailedRuns}
+}
+
+// newTaskDoc validates a task, fills its defaults and encodes it. now is the
+// server time used when RunAt is zero. Nothing is written here, so a refused
+// task leaves the collection untouched.
+func newTaskDoc[P any](t *Task[P], d TaskDefaults, now time.Time, prefix string) (*taskDoc, error) {
+	if err := validateKey(t.Key, prefix+"Key"); err != nil {
+		return nil, err
+	}
+	if t.Concurrency < 0 {
+		return nil, invalid(prefix+"Concurrency", "must be at least 1, got %d", t.Concurrency)
+	}
+	opts := taskOptions{
+		Concurrency:   cmp.Or(t.Concurrency, d.Concurrency),
+		PingInterval:  cmp.Or(t.PingInterval, d.PingInterval),
+		WorkerTimeout: cmp.Or(t.WorkerTimeout, d.WorkerTimeout),
+		MaxRetries:    cmp.Or(t.MaxRetries, d.MaxRetries),
+		RetryDelay:    cmp.Or(t.RetryDelay, d.RetryDelay),
+		MaxFailedRuns: cmp.Or(t.MaxFailedRuns, d.MaxFailedRuns),
+	}
+	if err := opts.validate(prefix); err != nil {
+		return nil, err
+	}
+	for i, w := range t.WorkerIDs {
+		if err := ValidateWorkerID(w); err != nil {
+			return nil, invalid(fmt.Sprintf("%sWorkerIDs[%d]", prefix, i), "%s", err.(*InvalidError).Reason)
+		}
+	}
+	for i, tag := range t.Tags {
+		if tag == "" {
+			return nil, invalid(fmt.Sprintf("%sTags[%d]", prefix, i), "must not be empty")
+		}
+	}
+	params, err := encodeValue(t.Params)
+	if err != nil {
+		return nil, invalid(prefix+"Params", "cannot be encoded as BSON: %v", err)
+	}
+	runAt := t.RunAt
+	if runAt.IsZero() {
+		runAt = now
+	}
+	return &taskDoc{
+		Key:             t.Key,
+		Schema:          SchemaVersion,
+		Params:          params,
+		Status:          StatusPending,
+		Priority:        t.Priority,
+		RunAt:           runAt,
+		Concurrency:     opts.Concurrency,
+		DistinctWorkers: t.DistinctWorkers,
+		WorkerIDs:       t.WorkerIDs,
+		Group:           t.Group,
+		PingIntervalMS:  ms(opts.PingInterval),
+		WorkerTimeoutMS: ms(opts.WorkerTimeout),
+		MaxRetries:      opts.MaxRetries,
+		RetryDelayMS:    ms(opts.RetryDelay),
+		MaxFailedRuns:   opts.MaxFailedRuns,
+		Free:            opts.Concurrency,
+		CreatedAt:       now,
+		UpdatedAt:       now,
+		Description:     t.Description,
+		Source:          cmp.Or(t.Source, d.Source),
+		Tags:            t.Tags,
+	}, nil
+}
+
+func validateKey(key, field string) error {
+	switch {
+	case key == "":
+		return invalid(field, "must not be empty")
+	case len(key) > MaxKeyBytes:
+		return invalid(field, "must be at most %d bytes, got %d", MaxKeyBytes, len(key))
+	case !utf8.ValidString(key):
+		return invalid(field, "must be valid UTF-8")
+	}
+	return nil
+}
+
+// ValidateWorkerID reports whether id can name a worker. Worker ids are keys
+// of the task document's holders map, so they cannot contain '.', start with
+// '$', or be empty.
+func ValidateWorkerID(id string) error {
+	switch {
+	case id == "":
+		return invalid("WorkerID", "must not be empty")
+	case len(id) > 256:
+		return invalid("WorkerID", "must be at most 256 bytes, got %d", len(id))
+	case strings.ContainsAny(id, ".\x00"):
+		return invalid("WorkerID", "must not contain '.' or NUL, got %q", id)
+	case strings.HasPrefix(id, "$"):
+		return invalid("WorkerID", "must not start with '$', got %q", id)
+	case !utf8.ValidString(id):
+		return invalid("WorkerID", "must be valid UTF-8")
+	}
+	return nil
+}
+
+// encodeValue encodes any value (a struct, a map, a scalar) as one BSON value.
+func encodeValue(v any) (bson.RawValue, error) {
+	if v == nil {
+		return bson.RawValue{Type: bson.TypeNull}, nil
+	}
+	typ, data, err := bson.MarshalValue(v)
+	if err != nil {
+		return bson.RawValue{}, err
+	}
+	return bson.RawValue{Type: typ, Value: data}, nil
+}

@@ -1,0 +1,354 @@
+package mscheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+)
+
+// ProducerConfig configures a [Producer]. The zero value is ready to use.
+type ProducerConfig struct {
+	// Defaults are the option values of tasks that leave an option at zero.
+	Defaults TaskDefaults
+	// WriteConcern of every write. Defaults to majority, so that an
+	// acknowledged publish survives a replica-set failover. A weaker one
+	// (w:1) is faster and may lose tasks that a failover rolls back.
+	WriteConcern *writeconcern.WriteConcern
+	// Clock is the local clock; the server's clock is estimated from it.
+	// Defaults to time.Now.
+	Clock func() time.Time
+}
+
+func (c *ProducerConfig) withDefaults() *ProducerConfig {
+	out := ProducerConfig{}
+	if c != nil {
+		out = *c
+	}
+	out.Defaults = out.Defaults.withDefaults()
+	if out.WriteConcern == nil {
+		out.WriteConcern = writeconcern.Majority()
+	}
+	return &out
+}
+
+func (c *ProducerConfig) validate() error {
+	return c.Defaults.options().validate("Defaults.")
+}
+
+// Producer publishes tasks with parameters of type P into one collection.
+// It is safe for concurrent use.
+type Producer[P any] struct {
+	coll  *mongo.Collection
+	cfg   *ProducerConfig
+	clock *serverClock
+}
+
+// NewProducer returns a producer for coll. It does no I/O.
+func NewProducer[P any](coll *mongo.Collection, cfg *ProducerConfig) (*Producer[P], error) {
+	if coll == nil {
+		return nil, invalid("coll", "must not be nil")
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Producer[P]{
+		coll:  coll.Clone(options.Collection().SetWriteConcern(c.WriteConcern)),
+		cfg:   c,
+		clock: newServerClock(c.Clock, ClockSyncIntervalDefault),
+	}, nil
+}
+
+// PublishOpts says what to do when a task with the same key exists. With no
+// option set (or nil opts) an existing task is left unchanged.
+type PublishOpts struct {
+	// UpdateParams replaces the params of an existing task.
+	UpdateParams bool
+	// MoveRunAt sets the run_at of an existing task to the task's RunAt.
+	MoveRunAt bool
+	// SkipRunning leaves a task that has a run going untouched by
+	// UpdateParams and MoveRunAt.
+	SkipRunning bool
+	// ResetFinished makes a succeeded or failed task with no run going
+	// pending again, with the published params and options, so that it runs
+	// again. Its run history is kept.
+	ResetFinished bool
+}
+
+// PublishOutcome says what a publish did to one key.
+type PublishOutcome string
+
+const (
+	PublishInserted  PublishOutcome = "inserted"
+	PublishUpdated   PublishOutcome = "updated"
+	PublishUnchanged PublishOutcome = "unchanged"
+)
+
+// PublishResult is the outcome for one key.
+type PublishResult struct {
+	Key     string
+	Outcome PublishOutcome
+}
+
+// Publish inserts the task, or applies opts to the existing task with the
+// same key. It is idempotent by key. An invalid task returns an
+// *InvalidError naming the field, and nothing is written.
+func (p *Producer[P]) Publish(ctx context.Context, task Task[P], opts *PublishOpts) (PublishResult, error) {
+	res, err := p.publish(ctx, []Task[P]{task}, opts, "")
+	if err != nil {
+		return PublishResult{}, err
+	}
+	return res[0], nil
+}
+
+// PublishMany publishes tasks in one round trip (two with ResetFinished),
+// returning one result per task in order. Every task is validated first: an
+// invalid one (named as tasks[i].Field) or a key given twice fails the whole
+// call and nothing is written.
+func (p *Producer[P]) PublishMany(ctx context.Context, tasks []Task[P], opts *PublishOpts) ([]PublishResult, error) {
+	return p.publish(ctx, tasks, opts, "tasks[%d].")
+}
+
+func (p *Producer[P]) publish(ctx context.Context, tasks []Task[P], opts *PublishOpts, prefixFormat string) ([]PublishResult, error) {
+	if opts == nil {
+		opts = &PublishOpts{}
+	}
+	if err := p.clock.ensure(ctx, p.coll.Database()); err != nil {
+		return nil, err
+	}
+	docs, err := p.buildDocs(tasks, prefixFormat)
+	if err != nil {
+		return nil, err
+	}
+	if len(docs) == 0 {
+		return nil, nil
+	}
+	resettable := map[string]bool{}
+	if opts.ResetFinished {
+		if resettable, err = p.findResettable(ctx, docs); err != nil {
+			return nil, err
+		}
+	}
+	models := make([]mongo.WriteModel, len(docs))
+	for i, d := range docs {
+		if resettable[d.Key] {
+			models[i] = resetModel(d)
+		} else {
+			models[i] = upsertModel(d, opts)
+		}
+	}
+	ids := make([]bson.ObjectID, len(docs))
+	for i, d := range docs {
+		ids[i] = d.ID
+	}
+	outcomes, err := p.writeUpserts(ctx, models, ids)
+	if err != nil {
+		return nil, err
+	}
+	results := make([]PublishResult, len(docs))
+	for i, d := range docs {
+		outcome := outcomes[i]
+		if outcome == publishMatched {
+			outcome = PublishUnchanged
+			if resettable[d.Key] || opts.UpdateParams || opts.MoveRunAt {
+				outcome = PublishUpdated
+			}
+		}
+		results[i] = PublishResult{Key: d.Key, Outcome: outcome}
+	}
+	return results, nil
+}
+
+func (p *Producer[P]) buildDocs(tasks []Task[P], prefixFormat string) ([]*taskDoc, error) {
+	now := p.clock.Now()
+	docs := make([]*taskDoc, len(tasks))
+	seen := make(map[string]int, len(tasks))
+	for i := range tasks {
+		prefix := ""
+		if prefixFormat != "" {
+			prefix = fmt.Sprintf(prefixFormat, i)
+		}
+		d, err := newTaskDoc(&tasks[i], p.cfg.Defaults, now, prefix)
+		if err != nil {
+			return nil, err
+		}
+		if j, dup := seen[d.Key]; dup {
+			return nil, invalid(prefix+"Key", "%q is also the key of tasks[%d]", d.Key, j)
+		}
+		seen[d.Key] = i
+		d.ID = bson.NewObjectID()
+		docs[i] = d
+	}
+	return docs, nil
+}
+
+// findResettable returns the keys among docs whose task is finished with no
+// run going. The reset itself stays fenced on those conditions.
+func (p *Producer[P]) findResettable(ctx context.Context, docs []*taskDoc) (map[string]bool, error) {
+	keys := make([]string, len(docs))
+	for i, d := range docs {
+		keys[i] = d.Key
+	}
+	cur, err := p.coll.Find(ctx, bson.D{
+		{Key: fKey, Value: bson.D{{Key: "$in", Value: keys}}},
+		{Key: fStatus, Value: bson.D{{Key: "$in", Value: bson.A{StatusSucceeded, StatusFailed}}}},
+		{Key: fRunning, Value: 0},
+	}, options.Find().SetProjection(bson.D{{Key: fKey, Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("mscheduler: find finished tasks: %w", err)
+	}
+	var found []struct {
+		Key string `bson:"key"`
+	}
+	if err := cur.All(ctx, &found); err != nil {
+		return nil, fmt.Errorf("mscheduler: find finished tasks: %w", err)
+	}
+	out := make(map[string]bool, len(found))
+	for _, f := range found {
+		out[f.Key] = true
+	}
+	return out, nil
+}
+
+// publishMatched is the internal outcome of an upsert that matched an
+// existing task; publish turns it into updated or unchanged.
+const publishMatched PublishOutcome = "matched"
+
+// writeUpserts runs every model as an upsert in one unordered bulk write. An
+// upsert whose filter excludes the existing task (a running task with
+// SkipRunning, say) tries to insert and fails on the unique key index: that
+// task is unchanged. A duplicate key can also come from a concurrent publish
+// of the same new key, so such ops are tried once more before being called
+// unchanged.
+//
+// Inserts are recognized by the _id each model gives a new document, not by
+// the op index the server reports, which not every server reports alike.
+func (p *Producer[P]) writeUpserts(ctx context.Context, models []mongo.WriteModel, ids []bson.ObjectID) ([]PublishOutcome, error) {
+	outcomes := make([]PublishOutcome, len(models))
+	pending := make([]int, len(models))
+	for i := range pending {
+		pending[i] = i
+	}
+	for try := 0; try < 2 && len(pending) > 0; try++ {
+		batch := make([]mongo.WriteModel, len(pending))
+		for j, i := range pending {
+			batch[j] = models[i]
+		}
+		res, err := p.coll.BulkWrite(ctx, batch, options.BulkWrite().SetOrdered(false))
+		duplicates, err := duplicateIndexes(err)
+		if err != nil {
+			return nil, fmt.Errorf("mscheduler: publish: %w", err)
+		}
+		upserted := map[bson.ObjectID]bool{}
+		for _, id := range res.UpsertedIDs {
+			if oid, ok := id.(bson.ObjectID); ok {
+				upserted[oid] = true
+			}
+		}
+		var retry []int
+		for j, i := range pending {
+			switch {
+			case duplicates[j]:
+				outcomes[i] = PublishUnchanged
+				retry = append(retry, i)
+			case res != nil && upserted[ids[i]]:
+				outcomes[i] = PublishInserted
+			default:
+				outcomes[i] = publishMatched
+			}
+		}
+		pending = retry
+	}
+	return outcomes, nil
+}
+
+// duplicateIndexes returns the indexes of ops that failed on a duplicate key,
+// and any other error.
+func duplicateIndexes(err error) (map[int]bool, error) {
+	if err == nil {
+		return nil, nil
+	}
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil {
+		return nil, err
+	}
+	out := make(map[int]bool, len(bwe.WriteErrors))
+	for _, we := range bwe.WriteErrors {
+		if !mongo.IsDuplicateKeyError(we.WriteError) {
+			return nil, err
+		}
+		out[we.Index] = true
+	}
+	return out, nil
+}
+
+func upsertModel(d *taskDoc, opts *PublishOpts) mongo.WriteModel {
+	filter := bson.D{{Key: fKey, Value: d.Key}}
+	if opts.SkipRunning && (opts.UpdateParams || opts.MoveRunAt) {
+		filter = append(filter, bson.E{Key: fRunning, Value: 0})
+	}
+	set := bson.D{}
+	if opts.UpdateParams {
+		set = append(set, bson.E{Key: fParams, Value: d.Params})
+	}
+	if opts.MoveRunAt {
+		set = append(set, bson.E{Key: fRunAt, Value: d.RunAt})
+	}
+	if len(set) > 0 {
+		set = append(set, bson.E{Key: fUpdatedAt, Value: d.UpdatedAt})
+	}
+	update := bson.D{{Key: "$setOnInsert", Value: insertFields(d, set)}}
+	if len(set) > 0 {
+		update = append(update, bson.E{Key: "$set", Value: set})
+	}
+	return mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update).SetUpsert(true)
+}
+
+// resetModel makes a finished task pending again with the published params
+// and options. It is an upsert too, so that a task that stopped being
+// resettable since it was read fails on the key index and is reported
+// unchanged instead of being silently skipped.
+func resetModel(d *taskDoc) mongo.WriteModel {
+	filter := bson.D{
+		{Key: fKey, Value: d.Key},
+		{Key: fStatus, Value: bson.D{{Key: "$in", Value: bson.A{StatusSucceeded, StatusFailed}}}},
+		{Key: fRunning, Value: 0},
+	}
+	set := insertFields(d, bson.D{{Key: "_id"}, {Key: fKey}, {Key: fCreatedAt}, {Key: fRev}})
+	update := bson.D{
+		{Key: "$set", Value: set},
+		{Key: "$unset", Value: bson.D{{Key: fHolders, Value: ""}, {Key: fDoneBy, Value: ""}, {Key: fNextExpiry, Value: ""}}},
+		{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}},
+	}
+	return mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update).SetUpsert(true)
+}
+
+// insertFields is the document of a new task as update fields, without the
+// fields named in except (which the update sets another way).
+func insertFields(d *taskDoc, except bson.D) bson.D {
+	raw, err := bson.Marshal(d)
+	if err != nil {
+		panic(fmt.Sprintf("mscheduler: encode task document: %v", err)) // params are already encoded
+	}
+	var full bson.D
+	if err := bson.Unmarshal(raw, &full); err != nil {
+		panic(fmt.Sprintf("mscheduler: decode task document: %v", err))
+	}
+	skip := map[string]bool{}
+	for _, e := range except {
+		skip[e.Key] = true
+	}
+	out := full[:0]
+	for _, e := range full {
+		if !skip[e.Key] {
+			out = append(out, e)
+		}
+	}
+	return out
+}

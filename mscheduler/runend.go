@@ -1,0 +1,251 @@
+package mscheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// runEnd is the write that ends one run: it removes the run's holder entry,
+// appends its record and moves the task's counters and status, in one
+// update command, fenced on the run.
+//
+// MongoDB cannot set a status from the counters in one plain update, so the
+// write is a list of update statements whose filters split every possible
+// task state into disjoint cases, each with its own status change. The fence
+// goes in every filter, so at most one statement can match; if none matches
+// and the run still holds its slot, a concurrent write moved the task
+// between cases, and the write is built again from a fresh read.
+type runEnd struct {
+	key      string
+	workerID string
+	record   runRecord
+	fence    bson.D // fence or expiredFence of the run
+
+	distinct      bool      // on success, remember the worker in done_by
+	maxFailedRuns int       // the task's max_failed_runs, as last read
+	retryAt       time.Time // on a counted failure, run_at is moved to at least this
+	now           time.Time
+	runsKept      int
+
+	// seen is the task's state as this worker last read it; it picks the
+	// case to try alone first, which saves the server from evaluating every
+	// case when nothing moved since the read.
+	seen taskState
+}
+
+// taskState is the part of a task that decides how a run end changes it.
+type taskState struct {
+	Status     Status `bson:"status"`
+	Running    int    `bson:"running"`
+	Free       int    `bson:"free"`
+	FailedRuns int    `bson:"failed_runs"`
+}
+
+// counted reports whether the outcome counts towards max_failed_runs.
+func (e *runEnd) counted() bool {
+	return e.record.Outcome == OutcomeFailed || e.record.Outcome == OutcomeExpired
+}
+
+// freeDelta is how much the run's end gives back to the task's free slots:
+// a success consumes its slot for good.
+func (e *runEnd) freeDelta() int {
+	if e.record.Outcome == OutcomeSucceeded {
+		return 0
+	}
+	return 1
+}
+
+type endCase struct {
+	filter      bson.D
+	status      Status // empty: status unchanged
+	lastHolder  bool
+	description string
+	likely      bool // the seen state falls in this case
+}
+
+func (e *runEnd) cases() []endCase {
+	d := e.freeDelta()
+	m := e.maxFailedRuns
+	last := bson.E{Key: fRunning, Value: 1}
+	notLast := bson.E{Key: fRunning, Value: op("$ne", 1)}
+	running := bson.E{Key: fStatus, Value: StatusRunning}
+	notRunning := bson.E{Key: fStatus, Value: op("$ne", StatusRunning)}
+	satisfied := bson.E{Key: fFree, Value: op("$lte", -d)} // free after this end <= 0
+	unsatisfied := bson.E{Key: fFree, Value: op("$gt", -d)}
+	exhausted := bson.D{{Key: fMaxFailedRuns, Value: m}, {Key: fFailedRuns, Value: op("$gte", m-1)}}
+	notExhausted := bson.D{{Key: fMaxFailedRuns, Value: m}, {Key: fFailedRuns, Value: op("$lt", m-1)}}
+
+	// The same conditions on the seen state, to pick the likely case.
+	s := e.seen
+	isLast, isRunning := s.Running == 1, s.Status == StatusRunning
+	isSatisfied, isExhausted := s.Free <= -d, s.FailedRuns >= m-1
+
+	cases := []endCase{
+		{filter: bson.D{last, notRunning}, lastHolder: true, description: "task no longer running",
+			likely: isLast && !isRunning},
+		{filter: bson.D{last, running, satisfied}, status: StatusSucceeded, lastHolder: true, description: "enough successes",
+			likely: isLast && isRunning && isSatisfied},
+	}
+	if !e.counted() {
+		return append(cases,
+			endCase{filter: bson.D{last, running, unsatisfied}, status: StatusPending, lastHolder: true, description: "slots left",
+				likely: isLast && isRunning && !isSatisfied},
+			endCase{filter: bson.D{notLast}, description: "other runs going",
+				likely: !isLast},
+		)
+	}
+	return append(cases,
+		endCase{filter: append(bson.D{last, running, unsatisfied}, exhausted...), status: StatusFailed, lastHolder: true, description: "failed runs exhausted",
+			likely: isLast && isRunning && !isSatisfied && isExhausted},
+		endCase{filter: append(bson.D{last, running, unsatisfied}, notExhausted...), status: StatusPending, lastHolder: true, description: "may be tried again",
+			likely: isLast && isRunning && !isSatisfied && !isExhausted},
+		endCase{filter: append(bson.D{notLast, running}, exhausted...), status: StatusFailed, description: "failed runs exhausted, other runs going",
+			likely: !isLast && isRunning && isExhausted},
+		endCase{filter: bson.D{notLast, {Key: "$or", Value: bson.A{bson.D{notRunning}, notExhausted}}}, description: "other runs going",
+			likely: !isLast && (!isRunning || !isExhausted)},
+	)
+}
+
+func (e *runEnd) models() []mongo.WriteModel {
+	cases := e.cases()
+	models := make([]mongo.WriteModel, len(cases))
+	for i, c := range cases {
+		models[i] = mongo.NewUpdateOneModel().SetFilter(e.filter(c)).SetUpdate(e.update(c))
+	}
+	return models
+}
+
+func (e *runEnd) filter(c endCase) bson.D {
+	return append(append(bson.D{}, e.fence...), c.filter...)
+}
+
+// tryLikely writes the likely case alone and reports whether it matched.
+func (e *runEnd) tryLikely(ctx context.Context, coll *mongo.Collection) (bool, error) {
+	for _, c := range e.cases() {
+		if !c.likely {
+			continue
+		}
+		res, err := coll.UpdateOne(ctx, e.filter(c), e.update(c))
+		if err != nil {
+			return false, err
+		}
+		return res.MatchedCount > 0, nil
+	}
+	return false, nil
+}
+
+func (e *runEnd) update(c endCase) bson.D {
+	unset := bson.D{{Key: holderPath(e.workerID), Value: ""}}
+	if c.lastHolder {
+		unset = append(unset, bson.E{Key: fNextExpiry, Value: ""})
+	}
+	inc := bson.D{{Key: fRunning, Value: -1}, {Key: fRev, Value: 1}}
+	if d := e.freeDelta(); d != 0 {
+		inc = append(inc, bson.E{Key: fFree, Value: d})
+	}
+	switch {
+	case e.record.Outcome == OutcomeSucceeded:
+		inc = append(inc, bson.E{Key: fSucceeded, Value: 1})
+	case e.counted():
+		inc = append(inc, bson.E{Key: fFailedRuns, Value: 1})
+	}
+	push := bson.D{{Key: fRuns, Value: bson.D{
+		{Key: "$each", Value: bson.A{e.record}},
+		{Key: "$slice", Value: -e.runsKept},
+	}}}
+	if e.distinct && e.record.Outcome == OutcomeSucceeded {
+		push = append(push, bson.E{Key: fDoneBy, Value: e.workerID})
+	}
+	set := bson.D{{Key: fUpdatedAt, Value: e.now}}
+	if c.status != "" {
+		set = append(set, bson.E{Key: fStatus, Value: c.status})
+	}
+	update := bson.D{
+		{Key: "$unset", Value: unset},
+		{Key: "$inc", Value: inc},
+		{Key: "$push", Value: push},
+		{Key: "$set", Value: set},
+	}
+	if e.counted() && !e.retryAt.IsZero() {
+		update = append(update, bson.E{Key: "$max", Value: bson.D{{Key: fRunAt, Value: e.retryAt}}})
+	}
+	return update
+}
+
+// errRunGone says the run no longer holds its slot: its lease was lost.
+var errRunGone = errors.New("run no longer holds its slot")
+
+// maxEndTries bounds how often a run end is rebuilt after concurrent writes
+// moved the task between cases.
+const maxEndTries = 5
+
+// write applies the run end. It returns errRunGone when the fence matches
+// nothing: another worker took the slot, and nothing was written.
+func (e *runEnd) write(ctx context.Context, coll *mongo.Collection) error {
+	for try := 0; try < maxEndTries; try++ {
+		done, err := e.tryLikely(ctx, coll)
+		if err != nil {
+			return fmt.Errorf("mscheduler: end run %s of %q: %w", e.record.RunID, e.key, err)
+		}
+		if done {
+			return nil
+		}
+		held, err := e.reread(ctx, coll)
+		if err != nil {
+			return err
+		}
+		if !held {
+			return errRunGone
+		}
+	}
+	// The task kept moving between cases, or its counters fit no case:
+	// every case at once, then the record alone.
+	res, err := coll.BulkWrite(ctx, e.models(), options.BulkWrite().SetOrdered(true))
+	if err != nil {
+		return fmt.Errorf("mscheduler: end run %s of %q: %w", e.record.RunID, e.key, err)
+	}
+	if res.MatchedCount > 0 {
+		return nil
+	}
+	return e.writeRecordOnly(ctx, coll)
+}
+
+// reread reports whether the fence still matches, and refreshes the seen
+// state and max_failed_runs (an operator may have changed it).
+func (e *runEnd) reread(ctx context.Context, coll *mongo.Collection) (bool, error) {
+	var doc struct {
+		MaxFailedRuns int `bson:"max_failed_runs"`
+		taskState     `bson:",inline"`
+	}
+	proj := bson.D{{Key: fMaxFailedRuns, Value: 1}, {Key: fStatus, Value: 1}, {Key: fRunning, Value: 1}, {Key: fFree, Value: 1}, {Key: fFailedRuns, Value: 1}}
+	err := coll.FindOne(ctx, e.fence, options.FindOne().SetProjection(proj)).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("mscheduler: read task %q: %w", e.key, err)
+	}
+	e.maxFailedRuns, e.seen = doc.MaxFailedRuns, doc.taskState
+	return true, nil
+}
+
+// writeRecordOnly is the last resort for a task whose counters no case
+// covers (edited by hand into an inconsistent state): it frees the holder
+// and records the run without touching the status.
+func (e *runEnd) writeRecordOnly(ctx context.Context, coll *mongo.Collection) error {
+	c := endCase{}
+	res, err := coll.UpdateOne(ctx, e.fence, e.update(c))
+	if err != nil {
+		return fmt.Errorf("mscheduler: end run %s of %q: %w", e.record.RunID, e.key, err)
+	}
+	if res.MatchedCount == 0 {
+		return errRunGone
+	}
+	return nil
+}

@@ -1,0 +1,143 @@
+package mscheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// sweepBatch bounds the tasks one sweep looks at.
+const sweepBatch = 50
+
+// next_expiry is a lower bound of the leases held on a task: a claim lowers
+// it with $min, a ping of the only holder sets it exactly, and pings of
+// tasks with several holders leave it behind. A sweep therefore finds every
+// task where a lease may have lapsed with one indexed range query, frees
+// the runs whose lease really lapsed, and raises a stale bound.
+
+// sweepIfDue runs a sweep when its time has come, run by the claim loop.
+func (c *Consumer[P, R]) sweepIfDue(ctx context.Context, st *claimState) {
+	now := c.clock.Now()
+	if now.Before(st.sweepAt) {
+		return
+	}
+	st.sweepAt = now.Add(jitter(c.cfg.SweepInterval))
+	if err := c.sweep(ctx, now); err != nil {
+		c.loopError(ctx, err)
+		return
+	}
+	if next, ok, err := c.nextExpiry(ctx, now); err != nil {
+		c.loopError(ctx, err)
+	} else if ok && next.Before(st.sweepAt) {
+		st.sweepAt = next
+	}
+}
+
+type sweptTask struct {
+	taskState     `bson:",inline"`
+	Key           string            `bson:"key"`
+	Rev           int64             `bson:"rev"`
+	MaxFailedRuns int               `bson:"max_failed_runs"`
+	Holders       map[string]holder `bson:"holders"`
+}
+
+func (c *Consumer[P, R]) sweep(ctx context.Context, now time.Time) error {
+	opts := options.Find().
+		SetLimit(sweepBatch).
+		SetProjection(bson.D{
+			{Key: fKey, Value: 1}, {Key: fRev, Value: 1}, {Key: fMaxFailedRuns, Value: 1}, {Key: fHolders, Value: 1},
+			{Key: fStatus, Value: 1}, {Key: fRunning, Value: 1}, {Key: fFree, Value: 1}, {Key: fFailedRuns, Value: 1},
+		})
+	cur, err := c.coll.Find(ctx, bson.D{{Key: fNextExpiry, Value: op("$lt", now)}}, opts)
+	if err != nil {
+		return fmt.Errorf("mscheduler: sweep: %w", err)
+	}
+	var tasks []sweptTask
+	if err := cur.All(ctx, &tasks); err != nil {
+		return fmt.Errorf("mscheduler: sweep: %w", err)
+	}
+	for _, t := range tasks {
+		if err := c.sweepTask(ctx, t, now); err != nil {
+			c.loopError(ctx, err)
+		}
+	}
+	return nil
+}
+
+func (c *Consumer[P, R]) sweepTask(ctx context.Context, t sweptTask, now time.Time) error {
+	freed := 0
+	var earliest time.Time
+	for workerID, h := range t.Holders {
+		if !h.LeaseUntil.Before(now) {
+			if earliest.IsZero() || h.LeaseUntil.Before(earliest) {
+				earliest = h.LeaseUntil
+			}
+			continue
+		}
+		end := &runEnd{
+			key:      t.Key,
+			workerID: workerID,
+			fence:    expiredFence(t.Key, workerID, h.Run, now),
+			record: runRecord{
+				RunID: h.Run, WorkerID: workerID, Started: h.Started, LeaseUntil: h.LeaseUntil,
+				Finished: now, Outcome: OutcomeExpired,
+				Error: fmt.Sprintf("lease expired at %s: worker stopped pinging", h.LeaseUntil.UTC().Format(time.RFC3339Nano)),
+			},
+			maxFailedRuns: t.MaxFailedRuns,
+			seen:          t.taskState,
+			now:           now,
+			runsKept:      c.cfg.RunsKept,
+		}
+		err := end.write(ctx, c.coll)
+		switch {
+		case errors.Is(err, errRunGone): // the holder pinged, ended or was swept meanwhile
+		case err != nil:
+			return err
+		default:
+			freed++
+			c.log.Info("run expired; slot freed", "key", t.Key, "run_id", h.Run, "holder", workerID)
+			c.emit(Event{Kind: EventExpired, Key: t.Key, RunID: h.Run, WorkerID: workerID})
+		}
+	}
+	if freed > 0 {
+		c.wake()
+		return nil
+	}
+	return c.repairExpiry(ctx, t, earliest)
+}
+
+// repairExpiry raises a stale next_expiry to the earliest lease still held,
+// or removes it from a task nobody holds. It is fenced on rev, which every
+// claim and run end moves, so it never hides a lease taken since the read.
+func (c *Consumer[P, R]) repairExpiry(ctx context.Context, t sweptTask, earliest time.Time) error {
+	update := bson.D{{Key: "$unset", Value: bson.D{{Key: fNextExpiry, Value: ""}}}}
+	if !earliest.IsZero() {
+		update = bson.D{{Key: "$set", Value: bson.D{{Key: fNextExpiry, Value: earliest}}}}
+	}
+	_, err := c.coll.UpdateOne(ctx, bson.D{{Key: fKey, Value: t.Key}, {Key: fRev, Value: t.Rev}}, update)
+	if err != nil {
+		return fmt.Errorf("mscheduler: sweep %q: %w", t.Key, err)
+	}
+	return nil
+}
+
+// nextExpiry is the earliest next_expiry still ahead of now.
+func (c *Consumer[P, R]) nextExpiry(ctx context.Context, now time.Time) (time.Time, bool, error) {
+	var doc struct {
+		NextExpiry time.Time `bson:"next_expiry"`
+	}
+	opts := options.FindOne().SetSort(bson.D{{Key: fNextExpiry, Value: 1}}).SetProjection(bson.D{{Key: fNextExpiry, Value: 1}})
+	err := c.coll.FindOne(ctx, bson.D{{Key: fNextExpiry, Value: op("$gte", now)}}, opts).Decode(&doc)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return time.Time{}, false, nil
+	case err != nil:
+		return time.Time{}, false, fmt.Errorf("mscheduler: find next lease expiry: %w", err)
+	}
+	return doc.NextExpiry, true, nil
+}

@@ -1,0 +1,135 @@
+package mscheduler
+
+import (
+	"time"
+)
+
+// Status is the state of a task, stored as a string in the task document.
+type Status string
+
+const (
+	// StatusPending: the task has capacity left and no run is going.
+	StatusPending Status = "pending"
+	// StatusRunning: at least one worker holds a run of the task.
+	StatusRunning Status = "running"
+	// StatusSucceeded: the task has as many successful runs as its concurrency.
+	StatusSucceeded Status = "succeeded"
+	// StatusFailed: the task's failed runs reached its MaxFailedRuns.
+	StatusFailed Status = "failed"
+)
+
+// Outcome is how one run ended, stored in the run records of a task.
+type Outcome string
+
+const (
+	// OutcomeSucceeded: the handler returned no error.
+	OutcomeSucceeded Outcome = "succeeded"
+	// OutcomeFailed: the handler failed on its last local attempt.
+	OutcomeFailed Outcome = "failed"
+	// OutcomeExpired: the worker stopped pinging and its lease lapsed; another
+	// worker recorded the run as expired and freed its slot.
+	OutcomeExpired Outcome = "expired"
+	// OutcomeReleased: the worker gave the run back on shutdown, before it ended.
+	OutcomeReleased Outcome = "released"
+)
+
+// Defaults of the task options. A zero option in a published [Task] takes the
+// producer's default, which itself defaults to these.
+const (
+	ConcurrencyDefault   = 1
+	PingIntervalDefault  = 10 * time.Second
+	WorkerTimeoutDefault = 30 * time.Second
+	MaxRetriesDefault    = 2
+	RetryDelayDefault    = time.Second
+	MaxFailedRunsDefault = 3
+)
+
+// NoRetries is the MaxRetries value for a task whose failures are not retried
+// locally: a failed handler call fails the run at once.
+const NoRetries = -1
+
+// Limits on what a task may hold.
+const (
+	// MaxKeyBytes is the longest key accepted.
+	MaxKeyBytes = 1024
+	// RetryDelayMax caps the exponential backoff between local retries.
+	RetryDelayMax = 5 * time.Minute
+)
+
+// Task is a unit of work: what a producer publishes, and what a handler
+// receives. P is the type of the parameters, stored in the document as BSON.
+//
+// Every option left at its zero value takes the producer's default.
+type Task[P any] struct {
+	// Key is the caller's unique id for the task. Publishing is idempotent by
+	// key. Required, at most [MaxKeyBytes] bytes.
+	Key string
+	// Params are the task's parameters, encoded with the BSON codec.
+	Params P
+
+	// Priority orders claimable tasks: higher first, ties by RunAt.
+	// Defaults to 0.
+	Priority int
+	// RunAt is the earliest time the task may start. Defaults to the time the
+	// server receives the task.
+	RunAt time.Time
+	// Concurrency is the number of successful runs that complete the task; at
+	// most this many run at once, and a worker never holds two runs of one
+	// task at the same time. Defaults to [ConcurrencyDefault].
+	Concurrency int
+	// DistinctWorkers lets each worker count only once towards Concurrency:
+	// the task is dispatched to Concurrency different workers.
+	DistinctWorkers bool
+	// WorkerIDs, when not empty, is the allow-list of workers that may run the
+	// task.
+	WorkerIDs []string
+	// Group, when not empty, limits the task to workers that declare this
+	// group.
+	Group string
+	// PingInterval is how often a worker running the task renews its lease.
+	// Must be shorter than WorkerTimeout. Defaults to [PingIntervalDefault].
+	PingInterval time.Duration
+	// WorkerTimeout is the lease length: a run not pinged for this long is
+	// dead, and another worker may take its slot. Defaults to
+	// [WorkerTimeoutDefault].
+	WorkerTimeout time.Duration
+	// MaxRetries is the number of local retries by the same worker after a
+	// handler error, before the run is failed. [NoRetries] disables them.
+	// Defaults to [MaxRetriesDefault].
+	MaxRetries int
+	// RetryDelay is the delay before the first local retry; it doubles on
+	// each further retry, with ±20% jitter, up to [RetryDelayMax]. A failed
+	// run also delays the task by the same backoff before another worker may
+	// try it. Defaults to [RetryDelayDefault].
+	RetryDelay time.Duration
+	// MaxFailedRuns is the number of failed runs after which the task is
+	// failed. Defaults to [MaxFailedRunsDefault].
+	MaxFailedRuns int
+
+	// Description says what the task is, for people reading the collection.
+	Description string
+	// Source says who published the task. Defaults to the producer's Source.
+	Source string
+	// Tags are free labels for filtering.
+	Tags []string
+
+	// Run describes the run a handler executes; nil when publishing.
+	Run *Run
+}
+
+// Run describes one run of a task, as seen by the handler executing it.
+type Run struct {
+	// ID identifies the run; every write about the run is fenced on it.
+	ID string
+	// WorkerID is the worker executing the run.
+	WorkerID string
+	// Attempt is the local attempt number, from 1.
+	Attempt int
+	// StartedAt is when the run was claimed, in server time.
+	StartedAt time.Time
+	// Status, Succeeded and FailedRuns are the task's state right after the
+	// claim.
+	Status     Status
+	Succeeded  int
+	FailedRuns int
+}
