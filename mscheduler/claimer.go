@@ -122,12 +122,9 @@ func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (*taskDoc
 		{Key: "$inc", Value: bson.D{{Key: fFree, Value: -1}, {Key: fRunning, Value: 1}, {Key: fRev, Value: 1}}},
 		{Key: "$min", Value: bson.D{{Key: fNextExpiry, Value: now.Add(claimLease)}}},
 	}
-	opts := options.FindOneAndUpdate().
-		SetSort(claimSort).
-		SetProjection(bson.D{{Key: fRuns, Value: 0}}).
-		SetReturnDocument(options.After)
+	opts := options.FindOneAndUpdate().SetSort(claimSort).SetReturnDocument(options.After)
 	var doc taskDoc
-	err := c.coll.FindOneAndUpdate(ctx, filter, update, opts).Decode(&doc)
+	err := c.caps.findOneAndUpdate(ctx, c.coll, filter, update, opts, bson.D{{Key: fRuns, Value: 0}}).Decode(&doc)
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return nil, nil

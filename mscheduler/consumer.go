@@ -192,6 +192,7 @@ type Consumer[P, R any] struct {
 	stopErr  error
 
 	watching watchState // written by the watcher, read by the claim loop
+	caps     capabilities
 }
 
 // NewConsumer returns a consumer of coll that runs handler. It does no I/O.
@@ -215,7 +216,7 @@ func NewConsumer[P, R any](coll *mongo.Collection, handler Handler[P, R], cfg *C
 		slots:   semaphore.NewWeighted(int64(c.Capacity)),
 		wakeCh:  make(chan struct{}, 1),
 	}
-	con.pinger = newPinger(con.coll, c.WorkerID, con.clock, con.emit, con.log)
+	con.pinger = newPinger(con.coll, c.WorkerID, con.clock, con.emit, con.log, &con.caps)
 	return con, nil
 }
 

@@ -13,6 +13,7 @@ const SchemaVersion = 1
 // Field names of the task document. Queries and updates name fields only
 // through these, so that the schema documented in the README has one source.
 const (
+	fID              = "_id" // the key again: by-key lookups use the primary index
 	fKey             = "key"
 	fSchema          = "schema"
 	fParams          = "params"
@@ -53,7 +54,7 @@ const (
 // succeeded and failed_runs are kept by every claim and run end so that
 // queries need no $expr: free = concurrency - running - succeeded.
 type taskDoc struct {
-	ID              bson.ObjectID     `bson:"_id,omitempty"`
+	ID              string            `bson:"_id"`
 	Key             string            `bson:"key"`
 	Schema          int               `bson:"schema"`
 	Params          bson.RawValue     `bson:"params"`

@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { os.Exit(testmongo.Main(m)) }
 
 // waitTimeout bounds every wait for an event; the development server is
 // slow, so it is generous, and a passing test never waits for it.
-const waitTimeout = 60 * time.Second
+const waitTimeout = 3 * time.Minute
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
@@ -28,7 +28,13 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+// quietLog discards logs unless MSCHEDULER_TEST_LOG is set.
+var quietLog = func() *slog.Logger {
+	if os.Getenv("MSCHEDULER_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}()
 
 // events records consumer events and lets a test wait for a condition on
 // them without sleeping.
@@ -106,7 +112,7 @@ func fastConfig(workerID string, ev *events) *mscheduler.ConsumerConfig {
 	return &mscheduler.ConsumerConfig{
 		WorkerID:      workerID,
 		PollInterval:  50 * time.Millisecond,
-		SweepInterval: 200 * time.Millisecond,
+		SweepInterval: time.Second,
 		Logger:        quietLog,
 		OnEvent:       ev.record,
 	}

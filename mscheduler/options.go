@@ -115,6 +115,7 @@ func newTaskDoc[P any](t *Task[P], d TaskDefaults, now time.Time, prefix string)
 		runAt = now
 	}
 	return &taskDoc{
+		ID:              t.Key,
 		Key:             t.Key,
 		Schema:          SchemaVersion,
 		Params:          params,

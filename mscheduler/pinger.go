@@ -60,14 +60,15 @@ type pinger struct {
 	clock    *serverClock
 	emit     func(Event)
 	log      *slog.Logger
+	caps     *capabilities
 
 	mu   sync.Mutex            // guards runs: written by run goroutines, read by the loop
 	runs map[string]*activeRun // by run id
 	kick chan struct{}         // buffered 1: a run was added
 }
 
-func newPinger(coll *mongo.Collection, workerID string, clock *serverClock, emit func(Event), log *slog.Logger) *pinger {
-	return &pinger{coll: coll, workerID: workerID, clock: clock, emit: emit, log: log,
+func newPinger(coll *mongo.Collection, workerID string, clock *serverClock, emit func(Event), log *slog.Logger, caps *capabilities) *pinger {
+	return &pinger{coll: coll, workerID: workerID, clock: clock, emit: emit, log: log, caps: caps,
 		runs: map[string]*activeRun{}, kick: make(chan struct{}, 1)}
 }
 
@@ -196,11 +197,10 @@ func (p *pinger) renew(ctx context.Context, r *activeRun, lease time.Time, sole 
 	} else {
 		filter = append(filter, bson.E{Key: fRunning, Value: op("$ne", 1)})
 	}
-	opts := options.FindOneAndUpdate().
-		SetProjection(bson.D{{Key: fRunning, Value: 1}, {Key: fPingIntervalMS, Value: 1}, {Key: fWorkerTimeoutMS, Value: 1}}).
-		SetReturnDocument(options.After)
+	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
+	proj := bson.D{{Key: fRunning, Value: 1}, {Key: fPingIntervalMS, Value: 1}, {Key: fWorkerTimeoutMS, Value: 1}}
 	var reply pingReply
-	err := p.coll.FindOneAndUpdate(ctx, filter, bson.D{{Key: "$set", Value: set}}, opts).Decode(&reply)
+	err := p.caps.findOneAndUpdate(ctx, p.coll, filter, bson.D{{Key: "$set", Value: set}}, opts, proj).Decode(&reply)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
 	}

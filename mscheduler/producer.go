@@ -143,11 +143,7 @@ func (p *Producer[P]) publish(ctx context.Context, tasks []Task[P], opts *Publis
 			models[i] = upsertModel(d, opts)
 		}
 	}
-	ids := make([]bson.ObjectID, len(docs))
-	for i, d := range docs {
-		ids[i] = d.ID
-	}
-	outcomes, err := p.writeUpserts(ctx, models, ids)
+	outcomes, err := p.writeUpserts(ctx, models, docs)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +178,6 @@ func (p *Producer[P]) buildDocs(tasks []Task[P], prefixFormat string) ([]*taskDo
 			return nil, invalid(prefix+"Key", "%q is also the key of tasks[%d]", d.Key, j)
 		}
 		seen[d.Key] = i
-		d.ID = bson.NewObjectID()
 		docs[i] = d
 	}
 	return docs, nil
@@ -196,7 +191,7 @@ func (p *Producer[P]) findResettable(ctx context.Context, docs []*taskDoc) (map[
 		keys[i] = d.Key
 	}
 	cur, err := p.coll.Find(ctx, bson.D{
-		{Key: fKey, Value: bson.D{{Key: "$in", Value: keys}}},
+		{Key: fID, Value: bson.D{{Key: "$in", Value: keys}}},
 		{Key: fStatus, Value: bson.D{{Key: "$in", Value: bson.A{StatusSucceeded, StatusFailed}}}},
 		{Key: fRunning, Value: 0},
 	}, options.Find().SetProjection(bson.D{{Key: fKey, Value: 1}}))
@@ -227,9 +222,9 @@ const publishMatched PublishOutcome = "matched"
 // of the same new key, so such ops are tried once more before being called
 // unchanged.
 //
-// Inserts are recognized by the _id each model gives a new document, not by
-// the op index the server reports, which not every server reports alike.
-func (p *Producer[P]) writeUpserts(ctx context.Context, models []mongo.WriteModel, ids []bson.ObjectID) ([]PublishOutcome, error) {
+// Inserts are recognized by the upserted _id (the key), not by the op index
+// the server reports, which not every server reports alike.
+func (p *Producer[P]) writeUpserts(ctx context.Context, models []mongo.WriteModel, docs []*taskDoc) ([]PublishOutcome, error) {
 	outcomes := make([]PublishOutcome, len(models))
 	pending := make([]int, len(models))
 	for i := range pending {
@@ -245,10 +240,10 @@ func (p *Producer[P]) writeUpserts(ctx context.Context, models []mongo.WriteMode
 		if err != nil {
 			return nil, fmt.Errorf("mscheduler: publish: %w", err)
 		}
-		upserted := map[bson.ObjectID]bool{}
+		upserted := map[string]bool{}
 		for _, id := range res.UpsertedIDs {
-			if oid, ok := id.(bson.ObjectID); ok {
-				upserted[oid] = true
+			if key, ok := id.(string); ok {
+				upserted[key] = true
 			}
 		}
 		var retry []int
@@ -257,7 +252,7 @@ func (p *Producer[P]) writeUpserts(ctx context.Context, models []mongo.WriteMode
 			case duplicates[j]:
 				outcomes[i] = PublishUnchanged
 				retry = append(retry, i)
-			case res != nil && upserted[ids[i]]:
+			case upserted[docs[i].Key]:
 				outcomes[i] = PublishInserted
 			default:
 				outcomes[i] = publishMatched
@@ -289,7 +284,7 @@ func duplicateIndexes(err error) (map[int]bool, error) {
 }
 
 func upsertModel(d *taskDoc, opts *PublishOpts) mongo.WriteModel {
-	filter := bson.D{{Key: fKey, Value: d.Key}}
+	filter := bson.D{{Key: fID, Value: d.Key}}
 	if opts.SkipRunning && (opts.UpdateParams || opts.MoveRunAt) {
 		filter = append(filter, bson.E{Key: fRunning, Value: 0})
 	}
@@ -316,11 +311,11 @@ func upsertModel(d *taskDoc, opts *PublishOpts) mongo.WriteModel {
 // unchanged instead of being silently skipped.
 func resetModel(d *taskDoc) mongo.WriteModel {
 	filter := bson.D{
-		{Key: fKey, Value: d.Key},
+		{Key: fID, Value: d.Key},
 		{Key: fStatus, Value: bson.D{{Key: "$in", Value: bson.A{StatusSucceeded, StatusFailed}}}},
 		{Key: fRunning, Value: 0},
 	}
-	set := insertFields(d, bson.D{{Key: "_id"}, {Key: fKey}, {Key: fCreatedAt}, {Key: fRev}})
+	set := insertFields(d, bson.D{{Key: fID}, {Key: fKey}, {Key: fCreatedAt}, {Key: fRev}})
 	update := bson.D{
 		{Key: "$set", Value: set},
 		{Key: "$unset", Value: bson.D{{Key: fHolders, Value: ""}, {Key: fDoneBy, Value: ""}, {Key: fNextExpiry, Value: ""}}},
@@ -340,7 +335,7 @@ func insertFields(d *taskDoc, except bson.D) bson.D {
 	if err := bson.Unmarshal(raw, &full); err != nil {
 		panic(fmt.Sprintf("mscheduler: decode task document: %v", err))
 	}
-	skip := map[string]bool{}
+	skip := map[string]bool{fID: true} // an upsert takes _id from its filter
 	for _, e := range except {
 		skip[e.Key] = true
 	}

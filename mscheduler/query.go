@@ -58,7 +58,7 @@ var claimSort = bson.D{{Key: fPriority, Value: -1}, {Key: fRunAt, Value: 1}}
 
 // fence selects a task only while workerID still holds run runID on it.
 func fence(key, workerID, runID string) bson.D {
-	return bson.D{{Key: fKey, Value: key}, {Key: holderPath(workerID, hRun), Value: runID}}
+	return bson.D{{Key: fID, Value: key}, {Key: holderPath(workerID, hRun), Value: runID}}
 }
 
 // expiredFence selects a task only while workerID still holds run runID and

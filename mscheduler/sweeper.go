@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -27,13 +26,12 @@ func (c *Consumer[P, R]) sweepIfDue(ctx context.Context, st *claimState) {
 		return
 	}
 	st.sweepAt = now.Add(jitter(c.cfg.SweepInterval))
-	if err := c.sweep(ctx, now); err != nil {
+	next, err := c.sweep(ctx, now, st.sweepAt)
+	if err != nil {
 		c.loopError(ctx, err)
 		return
 	}
-	if next, ok, err := c.nextExpiry(ctx, now); err != nil {
-		c.loopError(ctx, err)
-	} else if ok && next.Before(st.sweepAt) {
+	if !next.IsZero() && next.Before(st.sweepAt) {
 		st.sweepAt = next
 	}
 }
@@ -43,30 +41,42 @@ type sweptTask struct {
 	Key           string            `bson:"key"`
 	Rev           int64             `bson:"rev"`
 	MaxFailedRuns int               `bson:"max_failed_runs"`
+	NextExpiry    time.Time         `bson:"next_expiry"`
 	Holders       map[string]holder `bson:"holders"`
 }
 
-func (c *Consumer[P, R]) sweep(ctx context.Context, now time.Time) error {
+// sweep reads, with one query, the tasks whose next_expiry falls before
+// horizon, earliest first; frees the runs whose lease lapsed before now; and
+// returns the earliest next_expiry still ahead, when the next sweep is due.
+func (c *Consumer[P, R]) sweep(ctx context.Context, now, horizon time.Time) (time.Time, error) {
 	opts := options.Find().
+		SetSort(bson.D{{Key: fNextExpiry, Value: 1}}).
 		SetLimit(sweepBatch).
 		SetProjection(bson.D{
 			{Key: fKey, Value: 1}, {Key: fRev, Value: 1}, {Key: fMaxFailedRuns, Value: 1}, {Key: fHolders, Value: 1},
-			{Key: fStatus, Value: 1}, {Key: fRunning, Value: 1}, {Key: fFree, Value: 1}, {Key: fFailedRuns, Value: 1},
+			{Key: fNextExpiry, Value: 1}, {Key: fStatus, Value: 1}, {Key: fRunning, Value: 1}, {Key: fFree, Value: 1},
+			{Key: fFailedRuns, Value: 1},
 		})
-	cur, err := c.coll.Find(ctx, bson.D{{Key: fNextExpiry, Value: op("$lt", now)}}, opts)
+	cur, err := c.coll.Find(ctx, bson.D{{Key: fNextExpiry, Value: op("$lte", horizon)}}, opts)
 	if err != nil {
-		return fmt.Errorf("mscheduler: sweep: %w", err)
+		return time.Time{}, fmt.Errorf("mscheduler: sweep: %w", err)
 	}
 	var tasks []sweptTask
 	if err := cur.All(ctx, &tasks); err != nil {
-		return fmt.Errorf("mscheduler: sweep: %w", err)
+		return time.Time{}, fmt.Errorf("mscheduler: sweep: %w", err)
 	}
 	for _, t := range tasks {
+		if !t.NextExpiry.Before(now) {
+			return t.NextExpiry, nil
+		}
 		if err := c.sweepTask(ctx, t, now); err != nil {
 			c.loopError(ctx, err)
 		}
 	}
-	return nil
+	if len(tasks) == sweepBatch {
+		return now, nil // a full batch of lapsed leases: sweep again at once
+	}
+	return time.Time{}, nil
 }
 
 func (c *Consumer[P, R]) sweepTask(ctx context.Context, t sweptTask, now time.Time) error {
@@ -119,25 +129,10 @@ func (c *Consumer[P, R]) repairExpiry(ctx context.Context, t sweptTask, earliest
 	if !earliest.IsZero() {
 		update = bson.D{{Key: "$set", Value: bson.D{{Key: fNextExpiry, Value: earliest}}}}
 	}
-	_, err := c.coll.UpdateOne(ctx, bson.D{{Key: fKey, Value: t.Key}, {Key: fRev, Value: t.Rev}}, update)
+	_, err := c.coll.UpdateOne(ctx, bson.D{{Key: fID, Value: t.Key}, {Key: fRev, Value: t.Rev}}, update)
 	if err != nil {
 		return fmt.Errorf("mscheduler: sweep %q: %w", t.Key, err)
 	}
 	return nil
 }
 
-// nextExpiry is the earliest next_expiry still ahead of now.
-func (c *Consumer[P, R]) nextExpiry(ctx context.Context, now time.Time) (time.Time, bool, error) {
-	var doc struct {
-		NextExpiry time.Time `bson:"next_expiry"`
-	}
-	opts := options.FindOne().SetSort(bson.D{{Key: fNextExpiry, Value: 1}}).SetProjection(bson.D{{Key: fNextExpiry, Value: 1}})
-	err := c.coll.FindOne(ctx, bson.D{{Key: fNextExpiry, Value: op("$gte", now)}}, opts).Decode(&doc)
-	switch {
-	case errors.Is(err, mongo.ErrNoDocuments):
-		return time.Time{}, false, nil
-	case err != nil:
-		return time.Time{}, false, fmt.Errorf("mscheduler: find next lease expiry: %w", err)
-	}
-	return doc.NextExpiry, true, nil
-}

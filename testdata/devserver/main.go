@@ -1,0 +1,240 @@
+// Command devserver is the MongoDB-compatible development server of mscheduler's tests and
+// examples: an embedded FerretDB v1.24 (SQLite or PostgreSQL storage) behind a front that
+// forwards one command at a time, so that single-document writes are atomic as on MongoDB.
+//
+// Usage:
+//
+//	devserver -dir DATA [-listen 127.0.0.1:27017] [-handler sqlite|postgresql -postgresql-url URL] [-log-level error]
+//
+// Once the server answers a ping it prints exactly one line to stdout,
+//
+//	devserver listening on mongodb://127.0.0.1:PORT/
+//
+// and serves until SIGINT or SIGTERM. Logs go to stderr: the front's warnings and errors, and
+// FerretDB's errors only (see -log-level).
+//
+// This is a module of its own so that the library's go.mod never depends on FerretDB.
+// FerretDB is embedded through its github.com/FerretDB/FerretDB/ferretdb package; its own
+// cmd/ferretdb cannot be used from the module proxy (`go install` is refused, and a build of it
+// panics at start-up because build/version/version.txt is not in the module zip). The embedded
+// package needs no version file and no build tags: build/version skips version.txt when the main
+// module is not FerretDB's. Tags that do matter, none of which is wanted here: ferretdb_debug
+// (debug behaviour, also implied by -race), ferretdb_no_sqlite, ferretdb_no_postgresql.
+// Telemetry is off: the embedded package disables and locks it itself (ferretdb.New).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/FerretDB/FerretDB/ferretdb"
+)
+
+// readyTimeout bounds how long start-up may take before the server gives up.
+const readyTimeout = 30 * time.Second
+
+type config struct {
+	listen        string
+	dir           string
+	handler       string
+	postgreSQLURL string
+	logLevel      slog.Level // FerretDB's; the front always logs warnings
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "devserver:", err)
+		os.Exit(2)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if err := run(ctx, cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "devserver:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (config, error) {
+	var cfg config
+
+	fs := flag.NewFlagSet("devserver", flag.ContinueOnError)
+	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:27017", "`address` to serve MongoDB clients on; port 0 picks a free port")
+	fs.StringVar(&cfg.dir, "dir", "", "data `directory` (required; created if missing)")
+	fs.StringVar(&cfg.handler, "handler", "sqlite", "FerretDB storage: sqlite or postgresql")
+	fs.StringVar(&cfg.postgreSQLURL, "postgresql-url", "", "PostgreSQL `URL` for -handler postgresql")
+
+	// FerretDB logs every failed command at warn level with the whole message, including the
+	// endSessions (CommandNotFound) that every driver sends on disconnect, so errors only by
+	// default. -log-level warn shows failed commands, debug every request and reply.
+	cfg.logLevel = slog.LevelError
+	fs.TextVar(&cfg.logLevel, "log-level", cfg.logLevel, "FerretDB's log `level`: debug, info, warn or error")
+
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+
+	if cfg.dir == "" {
+		return cfg, errors.New("-dir is required")
+	}
+
+	switch cfg.handler {
+	case "sqlite":
+	case "postgresql":
+		if cfg.postgreSQLURL == "" {
+			return cfg, errors.New("-handler postgresql needs -postgresql-url")
+		}
+	default:
+		return cfg, fmt.Errorf("-handler must be sqlite or postgresql, not %q", cfg.handler)
+	}
+
+	return cfg, nil
+}
+
+// run serves until ctx is done. It announces the address on stdout once the server answers.
+func run(ctx context.Context, cfg config, stdout io.Writer) error {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	dbLogger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+
+	db, err := newFerretDB(cfg, dbLogger)
+	if err != nil {
+		return err
+	}
+
+	// FerretDB already listens (ferretdb.New binds), so its address is known now.
+	backendURI, err := url.Parse(db.MongoDBURI())
+	if err != nil {
+		return fmt.Errorf("parse FerretDB address: %w", err)
+	}
+
+	// FerretDB gets its own context and stops after the front: by then every backend
+	// connection is closed, so it does not wait for clients to go away.
+	dbCtx, stopDB := context.WithCancel(context.Background())
+	var dbWG sync.WaitGroup
+	dbWG.Go(func() { _ = db.Run(dbCtx) })
+	defer func() {
+		stopDB()
+		dbWG.Wait()
+	}()
+
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+
+	frontCtx, stopFront := context.WithCancel(ctx)
+	defer stopFront()
+
+	f := newFront(backendURI.Host, logger)
+	served := make(chan error, 1)
+	go func() { served <- f.serve(frontCtx, ln) }()
+
+	addr := dialAddr(ln.Addr().(*net.TCPAddr))
+
+	if err := waitReady(frontCtx, addr); err != nil {
+		stopFront()
+		<-served
+		return err
+	}
+
+	if _, err := fmt.Fprintf(stdout, "devserver listening on mongodb://%s/\n", addr); err != nil {
+		stopFront()
+		<-served
+		return fmt.Errorf("announce address: %w", err)
+	}
+
+	return <-served
+}
+
+// newFerretDB configures an embedded FerretDB listening on a free loopback port.
+func newFerretDB(cfg config, logger *slog.Logger) (*ferretdb.FerretDB, error) {
+	fc := &ferretdb.Config{
+		Listener: ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
+		Logger:   logger,
+		Handler:  cfg.handler,
+	}
+
+	switch cfg.handler {
+	case "sqlite":
+		dir, err := filepath.Abs(cfg.dir)
+		if err != nil {
+			return nil, fmt.Errorf("data directory: %w", err)
+		}
+
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("data directory: %w", err)
+		}
+
+		// A directory is the whole SQLite database; FerretDB wants it as a file: URI ending in "/".
+		// Building it with url.URL escapes characters such as '?' or '#' in the path.
+		fc.SQLiteURL = (&url.URL{Scheme: "file", Path: filepath.ToSlash(dir) + "/"}).String()
+
+	case "postgresql":
+		// The data directory is still required and created, for symmetry and for callers that
+		// keep files next to the server, but PostgreSQL holds the data.
+		if err := os.MkdirAll(cfg.dir, 0o755); err != nil {
+			return nil, fmt.Errorf("data directory: %w", err)
+		}
+
+		fc.PostgreSQLURL = cfg.postgreSQLURL
+	}
+
+	db, err := ferretdb.New(fc)
+	if err != nil {
+		return nil, fmt.Errorf("start FerretDB: %w", err)
+	}
+
+	return db, nil
+}
+
+// dialAddr is the address clients should dial for a listener's address: an unspecified host
+// (":27017", "0.0.0.0:27017") is reached through loopback.
+func dialAddr(a *net.TCPAddr) string {
+	ip := a.IP
+	if ip == nil || ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+
+	return net.JoinHostPort(ip.String(), fmt.Sprint(a.Port))
+}
+
+// waitReady pings the server through the front until it answers, so that the announcement
+// means that the whole path (front, FerretDB, storage) works.
+func waitReady(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+
+	for {
+		err := ping(ctx, addr)
+		if err == nil {
+			return nil
+		}
+
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("server did not answer a ping: %w", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
