@@ -135,4 +135,3 @@ func (c *Consumer[P, R]) repairExpiry(ctx context.Context, t sweptTask, earliest
 	}
 	return nil
 }
-
