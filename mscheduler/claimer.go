@@ -123,8 +123,8 @@ func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (*taskDoc
 		{Key: "$min", Value: bson.D{{Key: fNextExpiry, Value: now.Add(claimLease)}}},
 	}
 	opts := options.FindOneAndUpdate().SetSort(claimSort).SetReturnDocument(options.After)
-	var doc taskDoc
-	err := c.caps.findOneAndUpdate(ctx, c.coll, filter, update, opts, bson.D{{Key: fRuns, Value: 0}}).Decode(&doc)
+	var raw bson.Raw
+	err := c.caps.findOneAndUpdate(ctx, c.coll, filter, update, opts, bson.D{{Key: fRuns, Value: 0}}).Decode(&raw)
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return nil, nil
@@ -134,7 +134,32 @@ func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (*taskDoc
 	case err != nil:
 		return nil, fmt.Errorf("mscheduler: claim: %w", err)
 	}
-	return &doc, nil
+	return decodeClaimed(raw, c.cfg.WorkerID), nil
+}
+
+// decodeClaimed decodes a claimed task. A document that does not decode
+// (edited by hand into the wrong types) still yields what the run's end
+// needs, with the decoding error, so that its run fails at once and names
+// the field instead of holding the slot until the lease lapses.
+func decodeClaimed(raw bson.Raw, workerID string) *taskDoc {
+	var doc taskDoc
+	err := bson.Unmarshal(raw, &doc)
+	if err == nil {
+		return &doc
+	}
+	doc = taskDoc{Status: StatusRunning, MaxFailedRuns: 1, PingIntervalMS: ms(PingIntervalDefault), WorkerTimeoutMS: ms(WorkerTimeoutDefault)}
+	doc.ID, _ = raw.Lookup(fID).StringValueOK()
+	doc.Key = doc.ID
+	var h holder
+	_ = raw.Lookup(fHolders, workerID).Unmarshal(&h)
+	doc.Holders = map[string]holder{workerID: h}
+	for field, dst := range map[string]*int{fMaxFailedRuns: &doc.MaxFailedRuns, fRunning: &doc.Running, fFree: &doc.Free, fFailedRuns: &doc.FailedRuns} {
+		if v, ok := raw.Lookup(field).AsInt64OK(); ok {
+			*dst = int(v)
+		}
+	}
+	doc.corrupt = fmt.Errorf("task %q: document cannot be decoded: %w", doc.Key, err)
+	return &doc
 }
 
 // isServerRefusal reports an error where the server refused the command on

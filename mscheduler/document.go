@@ -84,6 +84,9 @@ type taskDoc struct {
 	Description     string            `bson:"description,omitempty"`
 	Source          string            `bson:"source,omitempty"`
 	Tags            []string          `bson:"tags,omitempty"`
+
+	// corrupt is why a claimed document could not be decoded; not stored.
+	corrupt error `bson:"-"`
 }
 
 // holder is a run in progress, stored under holders.<worker id>: a worker

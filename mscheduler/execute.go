@@ -192,10 +192,37 @@ func decodeTask[P any](doc *taskDoc, r *activeRun) (*Task[P], error) {
 			Status: doc.Status, Succeeded: doc.Succeeded, FailedRuns: doc.FailedRuns,
 		},
 	}
+	if doc.corrupt != nil {
+		return nil, doc.corrupt
+	}
+	if err := doc.validate(); err != nil {
+		return nil, err
+	}
 	if err := doc.Params.Unmarshal(&t.Params); err != nil {
 		return nil, fmt.Errorf("task %q: field %s cannot be decoded into %T: %w", doc.Key, fParams, t.Params, err)
 	}
 	return t, nil
+}
+
+// validate checks the options of a stored task, which a hand edit may have
+// broken; a broken task fails its run at once with the field named.
+func (d *taskDoc) validate() error {
+	bad := func(field string, format string, args ...any) error {
+		return fmt.Errorf("task %q: field %s %s", d.Key, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case d.Concurrency < 1:
+		return bad(fConcurrency, "must be at least 1, got %d", d.Concurrency)
+	case d.PingIntervalMS <= 0:
+		return bad(fPingIntervalMS, "must be positive, got %d", d.PingIntervalMS)
+	case d.WorkerTimeoutMS <= d.PingIntervalMS:
+		return bad(fWorkerTimeoutMS, "must be greater than %s (%d), got %d", fPingIntervalMS, d.PingIntervalMS, d.WorkerTimeoutMS)
+	case d.MaxFailedRuns < 1:
+		return bad(fMaxFailedRuns, "must be at least 1, got %d", d.MaxFailedRuns)
+	case d.MaxRetries < NoRetries:
+		return bad(fMaxRetries, "must be -1 or more, got %d", d.MaxRetries)
+	}
+	return nil
 }
 
 func (d *taskDoc) holderWorker(runID string) string {

@@ -16,7 +16,12 @@ import (
 	"github.com/mscheduler/mscheduler/mscheduler/internal/testmongo"
 )
 
-func TestMain(m *testing.M) { os.Exit(testmongo.Main(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(crashWorkerEnv) != "" {
+		runCrashWorker()
+	}
+	os.Exit(testmongo.Main(m))
+}
 
 // waitTimeout bounds every wait for an event; the development server is
 // slow, so it is generous, and a passing test never waits for it.

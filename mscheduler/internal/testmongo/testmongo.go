@@ -153,3 +153,13 @@ func Doc(t testing.TB, coll *mongo.Collection, key string) bson.M {
 	}
 	return m
 }
+
+// ConnectOrExit connects a subprocess of a test to uri, or exits.
+func ConnectOrExit(uri string) *mongo.Client {
+	c, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "connect:", err)
+		os.Exit(1)
+	}
+	return c
+}

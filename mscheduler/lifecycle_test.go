@@ -1,0 +1,383 @@
+package mscheduler_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/testmongo"
+)
+
+// TestLeaseLostCancelsHandlerAndDropsResult: when another worker takes the
+// run (here, by a hand edit of the holder's run id), the next ping matches
+// nothing, the handler's context is cancelled with ErrLeaseLost, and its late
+// result is not written.
+func TestLeaseLostCancelsHandlerAndDropsResult(t *testing.T) {
+	coll := testmongo.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", PingInterval: 100 * time.Millisecond, WorkerTimeout: 5 * time.Second}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev := newEvents()
+	causes := make(chan error, 1)
+	startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (string, error) {
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return "late result", nil
+	}, fastConfig("w", ev))
+	ev.waitCount(t, mscheduler.EventClaimed, 1)
+	setFields(t, coll, "k", bson.D{{Key: "holders.w.run", Value: "taken-over"}})
+	ev.waitCount(t, mscheduler.EventLeaseLost, 1)
+	if cause := <-causes; !errors.Is(cause, mscheduler.ErrLeaseLost) {
+		t.Fatalf("handler context cause = %v, want ErrLeaseLost", cause)
+	}
+	st := readTask(t, coll, "k")
+	if len(st.Runs) != 0 || st.Status != "running" || st.Succeeded != 0 {
+		t.Fatalf("task after lost lease = %+v, want nothing written", st)
+	}
+	if n := ev.count(mscheduler.EventSucceeded); n != 0 {
+		t.Fatalf("succeeded events = %d, want 0", n)
+	}
+}
+
+// TestStopLetsHandlersFinish: within Stop's deadline a handler finishes
+// and its run is recorded as succeeded.
+func TestStopLetsHandlersFinish(t *testing.T) {
+	coll := testmongo.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev := newEvents()
+	proceed := make(chan struct{})
+	c := startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+		<-proceed
+		return 7, nil
+	}, fastConfig("w", ev))
+	ev.waitCount(t, mscheduler.EventClaimed, 1)
+	stopped := make(chan error, 1)
+	go func() { stopped <- c.Stop(ctxT(t)) }()
+	close(proceed)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if st := readTask(t, coll, "k"); st.Status != "succeeded" {
+		t.Fatalf("task = %+v", st)
+	}
+	if err := c.Stop(ctxT(t)); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	if err := c.Start(ctxT(t)); !errors.Is(err, mscheduler.ErrStopped) {
+		t.Fatalf("Start after Stop = %v, want ErrStopped", err)
+	}
+}
+
+// TestShutdownReleasesRunsAtOnce: past Stop's deadline handlers are
+// cancelled and their runs released, so another worker claims them while
+// the old lease is still valid.
+func TestShutdownReleasesRunsAtOnce(t *testing.T) {
+	coll := testmongo.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", WorkerTimeout: time.Minute}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev := newEvents()
+	first := startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+		<-ctx.Done()
+		return 0, context.Cause(ctx)
+	}, fastConfig("leaving", ev))
+	ev.waitCount(t, mscheduler.EventClaimed, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := first.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ev.waitCount(t, mscheduler.EventReleased, 1)
+	st := readTask(t, coll, "k")
+	if st.Status != "pending" || st.Free != 1 || st.Running != 0 || len(st.Runs) != 1 || st.Runs[0].Outcome != "released" || st.FailedRuns != 0 {
+		t.Fatalf("after release: %+v", st)
+	}
+	if !strings.Contains(st.Runs[0].Error, "shutting down") {
+		t.Fatalf("released run error = %q", st.Runs[0].Error)
+	}
+	released := st.Runs[0]
+	startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) { return 1, nil }, fastConfig("staying", ev))
+	ev.waitCount(t, mscheduler.EventSucceeded, 1)
+	st = readTask(t, coll, "k")
+	if st.Status != "succeeded" || st.Runs[1].WorkerID != "staying" {
+		t.Fatalf("after takeover: %+v", st)
+	}
+	// The old run's lease was a minute long; the new run started well within it.
+	var leaseUntil time.Time
+	for _, r := range st.Runs {
+		if r.RunID == released.RunID {
+			leaseUntil = r.Finished
+		}
+	}
+	if !st.Runs[1].Started.Before(leaseUntil.Add(time.Minute)) {
+		t.Fatalf("new run started at %v, not before the released lease would have lapsed", st.Runs[1].Started)
+	}
+}
+
+// TestShutdownAbandonsHandlerThatIgnoresContext: a handler that ignores its
+// cancelled context is abandoned after ReleaseTimeout; its run is released
+// and its late result is not written.
+func TestShutdownAbandonsHandlerThatIgnoresContext(t *testing.T) {
+	coll := testmongo.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev := newEvents()
+	unblock := make(chan struct{})
+	returned := make(chan struct{})
+	cfg := fastConfig("w", ev)
+	cfg.ReleaseTimeout = 100 * time.Millisecond
+	c := startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+		defer close(returned)
+		<-unblock // ignores ctx
+		return 1, nil
+	}, cfg)
+	ev.waitCount(t, mscheduler.EventClaimed, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := readTask(t, coll, "k")
+	if st.Status != "pending" || len(st.Runs) != 1 || st.Runs[0].Outcome != "released" || !strings.Contains(st.Runs[0].Error, "abandoned") {
+		t.Fatalf("after abandon: %+v", st)
+	}
+	close(unblock)
+	<-returned
+	if st := readTask(t, coll, "k"); len(st.Runs) != 1 || st.Succeeded != 0 {
+		t.Fatalf("late result was written: %+v", st)
+	}
+}
+
+// TestSkewedClocks: workers whose clocks are 30 s ahead and behind neither
+// stall, nor claim a task early, nor take over each other's live runs.
+func TestSkewedClocks(t *testing.T) {
+	coll := testmongo.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	ev := newEvents()
+	var mu sync.Mutex
+	runs := map[string]int{}
+	startedAt := map[string]time.Time{} // by the test's own clock, which the server shares
+	handler := func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+		mu.Lock()
+		runs[task.Key]++
+		startedAt[task.Key] = time.Now()
+		mu.Unlock()
+		if task.Params == 1 {
+			// Longer than the lease: only pings in server time keep it.
+			select {
+			case <-time.After(1500 * time.Millisecond):
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+		return 0, nil
+	}
+	start := func(skew time.Duration) {
+		cfg := fastConfig(fmt.Sprintf("skew%+d", int(skew.Seconds())), ev)
+		cfg.Clock = func() time.Time { return time.Now().Add(skew) }
+		cfg.SweepInterval = 100 * time.Millisecond
+		c := startConsumer(t, testmongo.CollectionOf(t, testmongo.NewClient(t)), handler, cfg)
+		if off := c.ClockOffset(); (off + skew).Abs() > time.Second {
+			t.Fatalf("clock offset %v does not cancel a skew of %v", off, skew)
+		}
+	}
+	// The slow clock alone must not stall: it claims tasks due now.
+	start(-30 * time.Second)
+	var long []mscheduler.Task[int]
+	for i := 0; i < 6; i++ {
+		long = append(long, mscheduler.Task[int]{Key: fmt.Sprintf("long%d", i), Params: 1, PingInterval: 100 * time.Millisecond, WorkerTimeout: time.Second})
+	}
+	if _, err := p.PublishMany(ctxT(t), long, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev.waitCount(t, mscheduler.EventClaimed, len(long))
+	// The fast clock must neither preempt the slow worker's live runs nor
+	// start a task before its time.
+	start(30 * time.Second)
+	future := mscheduler.Task[int]{Key: "future", RunAt: time.Now().Add(time.Second)}
+	tasks := []mscheduler.Task[int]{future}
+	for i := 0; i < 10; i++ {
+		tasks = append(tasks, mscheduler.Task[int]{Key: fmt.Sprintf("short%d", i)})
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev.waitCount(t, mscheduler.EventSucceeded, len(long)+len(tasks))
+	mu.Lock()
+	defer mu.Unlock()
+	for _, task := range append(long, tasks...) {
+		if runs[task.Key] != 1 {
+			t.Errorf("%s ran %d times", task.Key, runs[task.Key])
+		}
+	}
+	if n := ev.count(mscheduler.EventExpired); n != 0 {
+		t.Errorf("%d runs expired; skewed clocks broke leases", n)
+	}
+	if got := startedAt["future"]; got.Before(future.RunAt.Add(-50 * time.Millisecond)) {
+		t.Errorf("future task started at %v, before its run_at %v", got, future.RunAt)
+	}
+}
+
+// crashWorkerEnv makes the test binary a worker process that announces each
+// run it starts and then hangs, for the crash test to SIGKILL it.
+const crashWorkerEnv = "MSCHEDULER_TEST_CRASH_WORKER"
+
+func runCrashWorker() {
+	uri, collName := os.Getenv("MONGODB_URI"), os.Getenv(crashWorkerEnv)
+	client := testmongo.ConnectOrExit(uri)
+	coll := client.Database(testmongo.Database).Collection(collName)
+	c, err := mscheduler.NewConsumer(coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+		fmt.Printf("started %s %s\n", task.Key, task.Run.ID)
+		select {} // hang until killed
+	}, &mscheduler.ConsumerConfig{WorkerID: "doomed", PollInterval: 50 * time.Millisecond, Logger: quietLog})
+	if err == nil {
+		err = c.Start(context.Background())
+	}
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	select {}
+}
+
+// TestCrashedWorkerIsPreempted: a worker process is SIGKILLed mid-run; its
+// lease lapses, another worker records the run as expired, takes the slot
+// and finishes the task.
+func TestCrashedWorkerIsPreempted(t *testing.T) {
+	coll := testmongo.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", PingInterval: 100 * time.Millisecond, WorkerTimeout: 700 * time.Millisecond}, nil); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), crashWorkerEnv+"="+coll.Name(), "MONGODB_URI="+testmongo.URI())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "started k ") {
+		t.Fatalf("worker said %q (%v), want a started line", line, err)
+	}
+	deadRun := strings.TrimSpace(strings.TrimPrefix(line, "started k "))
+	// Let it ping at least once, so that the lease is the task's own.
+	waitForLeaseRenewal(t, coll, "k", "doomed")
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	ev := newEvents()
+	cfg := fastConfig("rescuer", ev)
+	cfg.SweepInterval = 100 * time.Millisecond
+	startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) { return 1, nil }, cfg)
+	ev.waitCount(t, mscheduler.EventSucceeded, 1)
+	st := readTask(t, coll, "k")
+	if st.Status != "succeeded" || len(st.Runs) != 2 || st.FailedRuns != 1 {
+		t.Fatalf("task = %+v", st)
+	}
+	dead, done := st.Runs[0], st.Runs[1]
+	if dead.RunID != deadRun || dead.WorkerID != "doomed" || dead.Outcome != "expired" || !strings.Contains(dead.Error, "lease expired") {
+		t.Fatalf("dead run = %+v", dead)
+	}
+	if done.WorkerID != "rescuer" || done.Outcome != "succeeded" {
+		t.Fatalf("finishing run = %+v", done)
+	}
+	if n := ev.count(mscheduler.EventExpired); n != 1 {
+		t.Fatalf("expired events = %d, want 1", n)
+	}
+}
+
+// waitForLeaseRenewal waits until a holder's lease was moved by a ping:
+// the claim sets a 30 s lease, the first ping the task's own (shorter) one.
+func waitForLeaseRenewal(t *testing.T, coll *mongo.Collection, key, worker string) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(waitTimeout)
+	for {
+		var doc struct {
+			Holders map[string]struct {
+				Started    time.Time `bson:"started"`
+				LeaseUntil time.Time `bson:"lease_until"`
+			} `bson:"holders"`
+		}
+		if err := coll.FindOne(context.Background(), bson.D{{Key: "_id", Value: key}}).Decode(&doc); err != nil {
+			t.Fatal(err)
+		}
+		if h, ok := doc.Holders[worker]; ok && h.LeaseUntil.Sub(h.Started) < 20*time.Second {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("lease of %s on %s never renewed", worker, key)
+		}
+	}
+}
+
+// TestCorruptedDocumentsDoNotStopTheWorker: a task edited by hand into a
+// shape the library cannot use fails with an error naming the field (or is
+// skipped when it cannot even be claimed), and the other tasks still run.
+func TestCorruptedDocumentsDoNotStopTheWorker(t *testing.T) {
+	coll := testmongo.Collection(t)
+	p := newProducer[sum](t, coll, nil)
+	keys := []string{"bad-params", "bad-type", "bad-concurrency", "bad-holders", "good1", "good2"}
+	var tasks []mscheduler.Task[sum]
+	for i, k := range keys {
+		tasks = append(tasks, mscheduler.Task[sum]{Key: k, Priority: 10 - i, MaxFailedRuns: 1})
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	setFields(t, coll, "bad-params", bson.D{{Key: "params", Value: "not a document"}})
+	setFields(t, coll, "bad-type", bson.D{{Key: "max_retries", Value: "many"}})
+	setFields(t, coll, "bad-concurrency", bson.D{{Key: "concurrency", Value: 0}})
+	setFields(t, coll, "bad-holders", bson.D{{Key: "holders", Value: "garbage"}})
+	ev := newEvents()
+	startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[sum]) (int, error) { return 0, nil }, fastConfig("w", ev))
+	ev.waitCount(t, mscheduler.EventSucceeded, 2)
+	ev.waitCount(t, mscheduler.EventFailed, 3)
+	for key, field := range map[string]string{"bad-params": "params", "bad-type": "max_retries", "bad-concurrency": "concurrency"} {
+		st := readTask(t, coll, key)
+		if st.Status != "failed" || len(st.Runs) != 1 || !strings.Contains(st.Runs[0].Error, field) || st.Runs[0].Attempts > 1 {
+			t.Errorf("%s: %+v, want failed at once with an error naming %s", key, st, field)
+		}
+	}
+	skipped := false
+	for _, e := range ev.snapshot() {
+		if e.Kind == mscheduler.EventError && e.Key == "bad-holders" {
+			skipped = true
+		}
+	}
+	if !skipped {
+		t.Errorf("no error event names bad-holders")
+	}
+	for _, k := range []string{"good1", "good2"} {
+		if st := readTask(t, coll, k); st.Status != "succeeded" {
+			t.Errorf("%s = %+v", k, st)
+		}
+	}
+}
