@@ -40,9 +40,11 @@ func newServerClock(local func() time.Time, interval time.Duration) *serverClock
 	return &serverClock{local: local, interval: interval}
 }
 
-// Now is the estimated current server time.
+// Now is the estimated current server time, truncated to the millisecond
+// as BSON dates are, so that a time compared in Go compares the same way in
+// a query.
 func (c *serverClock) Now() time.Time {
-	return c.local().Add(time.Duration(c.offset.Load()))
+	return c.local().Add(time.Duration(c.offset.Load())).Truncate(time.Millisecond)
 }
 
 // Offset is the last measured server-minus-local offset.

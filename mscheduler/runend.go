@@ -220,8 +220,8 @@ func (e *runEnd) write(ctx context.Context, coll *mongo.Collection) error {
 // state and max_failed_runs (an operator may have changed it).
 func (e *runEnd) reread(ctx context.Context, coll *mongo.Collection) (bool, error) {
 	var doc struct {
-		MaxFailedRuns int `bson:"max_failed_runs"`
-		taskState     `bson:",inline"`
+		MaxFailedRuns int       `bson:"max_failed_runs"`
+		State         taskState `bson:",inline"`
 	}
 	proj := bson.D{{Key: fMaxFailedRuns, Value: 1}, {Key: fStatus, Value: 1}, {Key: fRunning, Value: 1}, {Key: fFree, Value: 1}, {Key: fFailedRuns, Value: 1}}
 	err := coll.FindOne(ctx, e.fence, options.FindOne().SetProjection(proj)).Decode(&doc)
@@ -231,7 +231,7 @@ func (e *runEnd) reread(ctx context.Context, coll *mongo.Collection) (bool, erro
 	if err != nil {
 		return false, fmt.Errorf("mscheduler: read task %q: %w", e.key, err)
 	}
-	e.maxFailedRuns, e.seen = doc.MaxFailedRuns, doc.taskState
+	e.maxFailedRuns, e.seen = doc.MaxFailedRuns, doc.State
 	return true, nil
 }
 

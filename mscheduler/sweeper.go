@@ -37,7 +37,7 @@ func (c *Consumer[P, R]) sweepIfDue(ctx context.Context, st *claimState) {
 }
 
 type sweptTask struct {
-	taskState     `bson:",inline"`
+	State         taskState         `bson:",inline"`
 	Key           string            `bson:"key"`
 	Rev           int64             `bson:"rev"`
 	MaxFailedRuns int               `bson:"max_failed_runs"`
@@ -80,8 +80,8 @@ func (c *Consumer[P, R]) sweep(ctx context.Context, now, horizon time.Time) (tim
 }
 
 func (c *Consumer[P, R]) sweepTask(ctx context.Context, t sweptTask, now time.Time) error {
-	freed := 0
-	var earliest time.Time
+	lapsed := 0
+	var earliest time.Time // the earliest lease still valid
 	for workerID, h := range t.Holders {
 		if !h.LeaseUntil.Before(now) {
 			if earliest.IsZero() || h.LeaseUntil.Before(earliest) {
@@ -89,36 +89,47 @@ func (c *Consumer[P, R]) sweepTask(ctx context.Context, t sweptTask, now time.Ti
 			}
 			continue
 		}
-		end := &runEnd{
-			key:      t.Key,
-			workerID: workerID,
-			fence:    expiredFence(t.Key, workerID, h.Run, now),
-			record: runRecord{
-				RunID: h.Run, WorkerID: workerID, Started: h.Started, LeaseUntil: h.LeaseUntil,
-				Finished: now, Outcome: OutcomeExpired,
-				Error: fmt.Sprintf("lease expired at %s: worker stopped pinging", h.LeaseUntil.UTC().Format(time.RFC3339Nano)),
-			},
-			maxFailedRuns: t.MaxFailedRuns,
-			seen:          t.taskState,
-			now:           now,
-			runsKept:      c.cfg.RunsKept,
-		}
-		err := end.write(ctx, c.coll)
-		switch {
-		case errors.Is(err, errRunGone): // the holder pinged, ended or was swept meanwhile
-		case err != nil:
-			return err
-		default:
-			freed++
-			c.log.Info("run expired; slot freed", "key", t.Key, "run_id", h.Run, "holder", workerID)
-			c.emit(Event{Kind: EventExpired, Key: t.Key, RunID: h.Run, WorkerID: workerID})
+		lapsed++
+		if err := c.expire(ctx, t, workerID, h, now); err != nil {
+			c.loopError(ctx, err)
 		}
 	}
-	if freed > 0 {
+	if lapsed > 0 {
+		// Whatever the writes did, the task's next_expiry moved with them
+		// or is still due: the next sweep sees the truth.
 		c.wake()
 		return nil
 	}
 	return c.repairExpiry(ctx, t, earliest)
+}
+
+// expire records a lapsed run as expired and frees its slot, fenced on the
+// run and on its lease still being lapsed.
+func (c *Consumer[P, R]) expire(ctx context.Context, t sweptTask, workerID string, h holder, now time.Time) error {
+	end := &runEnd{
+		key:      t.Key,
+		workerID: workerID,
+		fence:    expiredFence(t.Key, workerID, h.Run, now),
+		record: runRecord{
+			RunID: h.Run, WorkerID: workerID, Started: h.Started, LeaseUntil: h.LeaseUntil,
+			Finished: now, Outcome: OutcomeExpired,
+			Error: fmt.Sprintf("lease expired at %s: worker stopped pinging", h.LeaseUntil.UTC().Format(time.RFC3339Nano)),
+		},
+		maxFailedRuns: t.MaxFailedRuns,
+		seen:          t.State,
+		now:           now,
+		runsKept:      c.cfg.RunsKept,
+	}
+	err := end.write(ctx, c.coll)
+	switch {
+	case errors.Is(err, errRunGone): // the holder pinged, ended or was swept meanwhile
+		return nil
+	case err != nil:
+		return err
+	}
+	c.log.Info("run expired; slot freed", "key", t.Key, "run_id", h.Run, "holder", workerID)
+	c.emit(Event{Kind: EventExpired, Key: t.Key, RunID: h.Run, WorkerID: workerID})
+	return nil
 }
 
 // repairExpiry raises a stale next_expiry to the earliest lease still held,
