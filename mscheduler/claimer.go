@@ -79,7 +79,10 @@ func (c *Consumer[P, R]) untilNextWake(st *claimState) time.Duration {
 	return max(next.Sub(now), time.Millisecond)
 }
 
-// claimAvailable claims runs while there are free slots and claimable tasks.
+// claimAvailable claims runs while there are free slots and claimable tasks,
+// at most Capacity in one pass and never past a due sweep: with short tasks
+// slots free up as fast as they are claimed, and a backlog must not starve
+// the sweep that rescues dead workers' runs.
 func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 	now := c.clock.Now()
 	st.pollAt = now.Add(jitter(c.pollInterval()))
@@ -88,7 +91,10 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 		c.loopError(ctx, err)
 		return
 	}
-	for ctx.Err() == nil && c.slots.TryAcquire(1) {
+	for n := 0; n < c.cfg.Capacity && ctx.Err() == nil && c.clock.Now().Before(st.sweepAt); n++ {
+		if !c.slots.TryAcquire(1) {
+			return
+		}
 		doc, err := c.claimOne(ctx, st)
 		if err != nil || doc == nil {
 			c.slots.Release(1)
@@ -101,6 +107,8 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 		}
 		c.startRun(doc)
 	}
+	// The pass ended on its bound with tasks perhaps left: come back at once.
+	c.wake()
 }
 
 // claimOne claims one slot of the best claimable task with one

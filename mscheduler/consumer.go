@@ -155,8 +155,16 @@ func (c *ConsumerConfig) validate() error {
 		return invalid("Capacity", "must be at least 1, got %d", c.Capacity)
 	case c.Discovery != DiscoveryAuto && c.Discovery != DiscoveryPoll && c.Discovery != DiscoveryChangeStream:
 		return invalid("Discovery", "must be auto, poll or change_stream, got %q", c.Discovery)
-	case c.PollInterval < 0 || c.ChangeStreamPollInterval < 0 || c.SweepInterval < 0:
-		return invalid("PollInterval", "intervals must not be negative")
+	case c.PollInterval < 0:
+		return invalid("PollInterval", "must not be negative, got %s", c.PollInterval)
+	case c.ChangeStreamPollInterval < 0:
+		return invalid("ChangeStreamPollInterval", "must not be negative, got %s", c.ChangeStreamPollInterval)
+	case c.SweepInterval < 0:
+		return invalid("SweepInterval", "must not be negative, got %s", c.SweepInterval)
+	case c.ReleaseTimeout < 0:
+		return invalid("ReleaseTimeout", "must not be negative, got %s", c.ReleaseTimeout)
+	case c.WriteTimeout < 0:
+		return invalid("WriteTimeout", "must not be negative, got %s", c.WriteTimeout)
 	case c.RunsKept < 1:
 		return invalid("RunsKept", "must be at least 1, got %d", c.RunsKept)
 	}

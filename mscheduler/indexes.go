@@ -28,9 +28,14 @@ func indexModels() []mongo.IndexModel {
 
 // EnsureIndexes creates every index the library's queries need on coll. It
 // is idempotent and safe to call from every process at start-up.
+//
+// Indexes are created one per command: the development server fails a
+// createIndexes that names several existing indexes.
 func EnsureIndexes(ctx context.Context, coll *mongo.Collection) error {
-	if _, err := coll.Indexes().CreateMany(ctx, indexModels()); err != nil {
-		return fmt.Errorf("mscheduler: create indexes on %s: %w", coll.Name(), err)
+	for _, m := range indexModels() {
+		if _, err := coll.Indexes().CreateOne(ctx, m); err != nil {
+			return fmt.Errorf("mscheduler: create indexes on %s: %w", coll.Name(), err)
+		}
 	}
 	return nil
 }

@@ -199,3 +199,29 @@ func TestProducerConfigRefusesBadDefaults(t *testing.T) {
 		t.Fatalf("err = %v, want Defaults.PingInterval", err)
 	}
 }
+
+func TestEnsureIndexesIsIdempotent(t *testing.T) {
+	coll := testmongo.Collection(t)
+	for i := 0; i < 3; i++ {
+		if err := mscheduler.EnsureIndexes(ctxT(t), coll); err != nil {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+	}
+	cur, err := coll.Indexes().List(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var idx []bson.M
+	if err := cur.All(ctxT(t), &idx); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, i := range idx {
+		names[i["name"].(string)] = true
+	}
+	for _, want := range []string{"key_unique", "claim", "due", "next_expiry", "tags"} {
+		if !names[want] {
+			t.Errorf("index %s missing; have %v", want, names)
+		}
+	}
+}

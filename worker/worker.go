@@ -1,0 +1,409 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/worker/devserver"
+)
+
+// closeTimeout bounds the disconnection from the server at the end of Run.
+const closeTimeout = 10 * time.Second
+
+type state int
+
+const (
+	stateNew     state = iota // consumers may be registered
+	stateRunning              // Run was called
+	stateDone                 // Run returned or Close was called
+)
+
+// consumer is a registered consumer, without its type parameters.
+type consumer struct {
+	collection string
+	workerID   string
+	discovery  mscheduler.Discovery
+	start      func(context.Context) error
+	stop       func(context.Context) error
+}
+
+// Worker runs the consumers of one worker process. Create it with [New],
+// add consumers with [Register], then call [Worker.Run] once.
+type Worker struct {
+	cfg    Config
+	log    *slog.Logger // cfg.Logger with the worker id
+	client *mongo.Client
+	db     *mongo.Database
+	server *devserver.Server // the development server New started, or nil
+
+	ready chan struct{} // closed once Run has started every consumer
+
+	mu        sync.Mutex // guards state and consumers
+	state     state
+	consumers []*consumer
+
+	countsMu sync.Mutex
+	counts   map[mscheduler.EventKind]int64
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New connects to the server (mongo.Connect, then a ping, both bounded by
+// ctx) and returns a worker with no consumers. When the URI is empty and
+// cfg.DevServer is set, it first starts the development server.
+//
+// The client's default write concern is majority unless the URI sets one,
+// and retryable writes stay on (the driver's default): an acknowledged run
+// end survives a failover. The consumers set majority on their own
+// collections anyway (see [mscheduler.ConsumerConfig].WriteConcern).
+//
+// An invalid cfg returns an error naming the field (matching
+// mscheduler.ErrInvalid) before connecting.
+func New(ctx context.Context, cfg Config) (*Worker, error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	w := &Worker{
+		cfg:    c,
+		log:    c.Logger.With("worker_id", c.WorkerID),
+		ready:  make(chan struct{}),
+		counts: map[mscheduler.EventKind]int64{},
+	}
+	if w.cfg.URI == "" {
+		s, err := devserver.Start(ctx, devserver.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("worker: start the development server (or set %s): %w", EnvURI, err)
+		}
+		w.server = s
+		w.cfg.URI = s.URI()
+	}
+	if err := w.connect(ctx); err != nil {
+		if w.server != nil {
+			_ = w.server.Stop()
+		}
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *Worker) connect(ctx context.Context) error {
+	opts := options.Client().ApplyURI(w.cfg.URI)
+	if err := opts.Validate(); err != nil {
+		return invalid("URI", "%v", err)
+	}
+	if opts.WriteConcern == nil {
+		opts.SetWriteConcern(writeconcern.Majority())
+	}
+	if opts.AppName == nil {
+		opts.SetAppName("mscheduler-worker " + w.cfg.WorkerID)
+	}
+	client, err := mongo.Connect(opts)
+	if err != nil {
+		return fmt.Errorf("worker: connect to %s: %w", redact(w.cfg.URI), err)
+	}
+	if err := client.Ping(ctx, nil); err != nil {
+		_ = client.Disconnect(context.Background())
+		return fmt.Errorf("worker: ping %s: %w", redact(w.cfg.URI), err)
+	}
+	w.client = client
+	w.db = client.Database(w.cfg.Database)
+	return nil
+}
+
+// Register adds a consumer of collection (in the worker's database) that
+// runs h. cfg may be nil; it is copied, and the copy's WorkerID, Groups and
+// Logger are filled from the worker's when empty. Its OnEvent hook, if
+// any, is still called, after the worker counts the event (see
+// [Worker.Counts]). Register fails once Run was called, for a collection
+// already registered under the same worker id, and for an invalid cfg
+// (with the error of [mscheduler.NewConsumer]).
+func Register[P, R any](w *Worker, collection string, h mscheduler.Handler[P, R], cfg *mscheduler.ConsumerConfig) error {
+	if collection == "" {
+		return invalid("collection", "must not be empty")
+	}
+	c := mscheduler.ConsumerConfig{}
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.WorkerID == "" {
+		c.WorkerID = w.cfg.WorkerID
+	}
+	if len(c.Groups) == 0 {
+		c.Groups = slices.Clone(w.cfg.Groups)
+	}
+	if c.Logger == nil {
+		c.Logger = w.cfg.Logger // the consumer adds worker_id and collection
+	}
+	user := c.OnEvent
+	c.OnEvent = func(e mscheduler.Event) {
+		w.count(e.Kind)
+		if user != nil {
+			user(e)
+		}
+	}
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state != stateNew {
+		return fmt.Errorf("worker: Register(%q) after Run or Close was called", collection)
+	}
+	for _, r := range w.consumers {
+		if r.collection == collection && r.workerID == c.WorkerID {
+			return fmt.Errorf("worker: collection %q is already registered for worker %q", collection, c.WorkerID)
+		}
+	}
+	con, err := mscheduler.NewConsumer(w.db.Collection(collection), h, &c)
+	if err != nil {
+		return err
+	}
+	w.consumers = append(w.consumers, &consumer{
+		collection: collection,
+		workerID:   c.WorkerID,
+		discovery:  c.Discovery,
+		start:      con.Start,
+		stop:       con.Stop,
+	})
+	return nil
+}
+
+// Run creates the indexes of every registered collection (unless
+// Config.SkipIndexes), starts every consumer, and blocks until ctx is done
+// or SIGINT or SIGTERM arrives. It then stops the consumers: running
+// handlers get ShutdownTimeout to finish, then are cancelled and their runs
+// released. Once the first signal has been received, a second one kills the
+// process as usual. Run finally disconnects from the server and stops the
+// development server if New started it. It logs its start, its stop and the
+// event counters of [Worker.Counts].
+//
+// Run returns nil after a clean shutdown, including one requested while it
+// was still starting; it returns an error if the worker has no consumers,
+// Run was already called, indexes could not be created or a consumer could
+// not start. It can be called once.
+func (w *Worker) Run(ctx context.Context) (err error) {
+	w.mu.Lock()
+	switch {
+	case w.state != stateNew:
+		w.mu.Unlock()
+		return errors.New("worker: Run can be called once, and not after Close")
+	case len(w.consumers) == 0:
+		w.mu.Unlock()
+		return errors.New("worker: Run called with no registered consumer")
+	}
+	w.state = stateRunning
+	consumers := slices.Clone(w.consumers)
+	w.mu.Unlock()
+	defer func() {
+		err = errors.Join(err, w.close())
+		w.mu.Lock()
+		w.state = stateDone
+		w.mu.Unlock()
+	}()
+
+	runCtx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	began := time.Now()
+
+	started, startErr := w.startAll(runCtx, consumers)
+	if startErr == nil {
+		w.log.Info("worker started",
+			"collections", w.collections(consumers),
+			"server", redact(w.cfg.URI),
+			"dev_server", w.server != nil,
+			"database", w.cfg.Database,
+			"discovery", w.discovery(runCtx, consumers),
+			"shutdown_timeout", w.cfg.ShutdownTimeout.String(),
+		)
+		close(w.ready)
+		<-runCtx.Done()
+	}
+	if runCtx.Err() == nil { // a start-up failure, not a stop request
+		w.stopAll(started, 0)
+		w.log.Error("worker failed to start", "error", startErr)
+		return startErr
+	}
+	reason := context.Cause(runCtx)
+	stopSignals() // a second signal now kills the process
+	w.log.Info("worker stopping", "reason", reason.Error(), "running_for", time.Since(began).Round(time.Millisecond).String())
+	stoppedIn := w.stopAll(started, w.cfg.ShutdownTimeout)
+	w.log.Info("worker stopped", "stopped_in", stoppedIn.Round(time.Millisecond).String(), "events", w.countsAttr())
+	return nil
+}
+
+// startAll ensures the indexes, then starts the consumers in order; it
+// returns the ones it started.
+func (w *Worker) startAll(ctx context.Context, consumers []*consumer) ([]*consumer, error) {
+	if !w.cfg.SkipIndexes {
+		for _, name := range w.collections(consumers) {
+			if err := mscheduler.EnsureIndexes(ctx, w.db.Collection(name)); err != nil {
+				return nil, fmt.Errorf("worker: %w", err)
+			}
+		}
+	}
+	var started []*consumer
+	for _, c := range consumers {
+		if err := c.start(ctx); err != nil {
+			return started, fmt.Errorf("worker: start consumer of %s: %w", c.collection, err)
+		}
+		started = append(started, c)
+	}
+	return started, nil
+}
+
+// stopAll stops the consumers at once, each waiting up to timeout for its
+// handlers, and returns how long it took.
+func (w *Worker) stopAll(consumers []*consumer, timeout time.Duration) time.Duration {
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, c := range consumers {
+		wg.Go(func() {
+			if err := c.stop(ctx); err != nil {
+				w.log.Error("consumer did not stop cleanly", "collection", c.collection, "error", err)
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(began)
+}
+
+// close disconnects and stops the development server, once.
+func (w *Worker) close() error {
+	w.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		if err := w.client.Disconnect(ctx); err != nil {
+			w.closeErr = fmt.Errorf("worker: disconnect: %w", err)
+		}
+		if w.server != nil {
+			if err := w.server.Stop(); err != nil {
+				w.closeErr = errors.Join(w.closeErr, fmt.Errorf("worker: stop the development server: %w", err))
+			}
+		}
+	})
+	return w.closeErr
+}
+
+// Close disconnects from the server and stops the development server if New
+// started it, for a worker whose Run is never called (Run does this itself).
+// It fails while Run is running; after Close, Register and Run fail.
+func (w *Worker) Close() error {
+	w.mu.Lock()
+	if w.state == stateRunning {
+		w.mu.Unlock()
+		return errors.New("worker: Close called while Run is running; cancel Run's context instead")
+	}
+	w.state = stateDone
+	w.mu.Unlock()
+	return w.close()
+}
+
+// Ready is closed once Run has started every consumer.
+func (w *Worker) Ready() <-chan struct{} { return w.ready }
+
+// Client is the worker's client. Run disconnects it when it returns.
+func (w *Worker) Client() *mongo.Client { return w.client }
+
+// Database is the database holding the task collections.
+func (w *Worker) Database() *mongo.Database { return w.db }
+
+// ID is the worker id, the default WorkerID of the consumers.
+func (w *Worker) ID() string { return w.cfg.WorkerID }
+
+// URI is the connection string in use: the configured one, or the
+// development server's.
+func (w *Worker) URI() string { return w.cfg.URI }
+
+// Counts returns how many events of each kind the worker's consumers have
+// reported so far (see [mscheduler.EventKind]); kinds that did not happen
+// are absent.
+func (w *Worker) Counts() map[mscheduler.EventKind]int64 {
+	w.countsMu.Lock()
+	defer w.countsMu.Unlock()
+	return maps.Clone(w.counts)
+}
+
+func (w *Worker) count(kind mscheduler.EventKind) {
+	w.countsMu.Lock()
+	w.counts[kind]++
+	w.countsMu.Unlock()
+}
+
+// countsAttr is the event counters as a log group, in a stable order.
+func (w *Worker) countsAttr() slog.Value {
+	counts := w.Counts()
+	attrs := make([]slog.Attr, 0, len(counts))
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		attrs = append(attrs, slog.Int64(string(k), counts[k]))
+	}
+	return slog.GroupValue(attrs...)
+}
+
+// collections are the distinct collection names, in registration order.
+func (w *Worker) collections(consumers []*consumer) []string {
+	var names []string
+	for _, c := range consumers {
+		if !slices.Contains(names, c.collection) {
+			names = append(names, c.collection)
+		}
+	}
+	return names
+}
+
+// discovery says, per collection, how its consumer finds new tasks. The
+// consumer does not say whether its change stream opened, so for
+// DiscoveryAuto the worker opens one itself to find out.
+func (w *Worker) discovery(ctx context.Context, consumers []*consumer) map[string]string {
+	out := map[string]string{}
+	for _, c := range consumers {
+		d := c.discovery
+		if d == "" || d == mscheduler.DiscoveryAuto {
+			d = mscheduler.DiscoveryPoll
+			if cs, err := w.db.Collection(c.collection).Watch(ctx, mongo.Pipeline{}); err == nil {
+				_ = cs.Close(ctx)
+				d = mscheduler.DiscoveryChangeStream
+			}
+		}
+		out[c.collection] = string(d)
+	}
+	return out
+}
+
+// redact hides the password of a connection string. (url.Parse refuses
+// the host lists of replica-set URIs, so this is done by hand.)
+func redact(uri string) string {
+	scheme, rest, ok := strings.Cut(uri, "://")
+	if !ok {
+		return uri
+	}
+	end := strings.IndexAny(rest, "/?")
+	if end < 0 {
+		end = len(rest)
+	}
+	at := strings.LastIndex(rest[:end], "@")
+	if at < 0 {
+		return uri
+	}
+	user, _, hasPassword := strings.Cut(rest[:at], ":")
+	if !hasPassword {
+		return uri
+	}
+	return scheme + "://" + user + ":xxxxx" + rest[at:]
+}

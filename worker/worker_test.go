@@ -1,0 +1,528 @@
+package worker_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/worker"
+	"github.com/mscheduler/mscheduler/worker/devserver"
+)
+
+// testDatabase holds the tests' collections, one per test.
+const testDatabase = "mscheduler_worker_test"
+
+// waitTimeout bounds every wait; a passing test never waits for it.
+const waitTimeout = 2 * time.Minute
+
+var (
+	testURI    string
+	testClient *mongo.Client // the tests' own client, for producers and assertions
+)
+
+// TestMain runs the tests against MONGODB_URI, or else against a
+// development server started for this test binary.
+func TestMain(m *testing.M) { os.Exit(runTests(m)) }
+
+func runTests(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	testURI = os.Getenv(worker.EnvURI)
+	if testURI == "" {
+		s, err := devserver.Start(ctx, devserver.Options{})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "start the development server (or set %s): %v\n", worker.EnvURI, err)
+			return 1
+		}
+		defer s.Stop()
+		testURI = s.URI()
+	}
+	var err error
+	if testClient, err = mongo.Connect(options.Client().ApplyURI(testURI)); err == nil {
+		err = testClient.Ping(ctx, nil)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "connect:", err)
+		return 1
+	}
+	defer testClient.Disconnect(context.Background())
+	return m.Run()
+}
+
+// quietLog discards logs unless MSCHEDULER_TEST_LOG is set.
+var quietLog = func() *slog.Logger {
+	if os.Getenv("MSCHEDULER_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}()
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_]+`)
+
+// collectionName is a new collection name for the test, dropped at its end.
+func collectionName(t *testing.T) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := unsafeName.ReplaceAllString(t.Name(), "_") + "_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() { _ = testClient.Database(testDatabase).Collection(name).Drop(context.Background()) })
+	return name
+}
+
+// newWorker returns a worker on the test server, closed at the end of the
+// test if Run was never called.
+func newWorker(t *testing.T, cfg worker.Config) *worker.Worker {
+	t.Helper()
+	cfg.URI = testURI
+	cfg.Database = testDatabase
+	if cfg.Logger == nil {
+		cfg.Logger = quietLog
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	w, err := worker.New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	return w
+}
+
+// runWorker runs w in the background; stop cancels Run's context and
+// returns Run's error.
+func runWorker(t *testing.T, w *worker.Worker) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(cancel)
+	select {
+	case <-w.Ready():
+	case err := <-done:
+		t.Fatalf("Run returned before it was ready: %v", err)
+	case <-time.After(waitTimeout):
+		t.Fatal("worker not ready in time")
+	}
+	return func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(waitTimeout):
+			t.Fatal("Run did not return after its context was cancelled")
+			return nil
+		}
+	}
+}
+
+// events records consumer events and lets a test wait on them.
+type events struct {
+	mu     sync.Mutex
+	all    []mscheduler.Event
+	signal chan struct{}
+}
+
+func newEvents() *events { return &events{signal: make(chan struct{}, 1)} }
+
+func (e *events) record(ev mscheduler.Event) {
+	e.mu.Lock()
+	e.all = append(e.all, ev)
+	e.mu.Unlock()
+	select {
+	case e.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (e *events) count(kind mscheduler.EventKind) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, ev := range e.all {
+		if ev.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+func (e *events) waitCount(t *testing.T, kind mscheduler.EventKind, n int) {
+	t.Helper()
+	deadline := time.After(waitTimeout)
+	for e.count(kind) < n {
+		select {
+		case <-e.signal:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %d %s events (have %d)", n, kind, e.count(kind))
+		}
+	}
+}
+
+// fastConsumer is a consumer config with short intervals for tests.
+func fastConsumer(ev *events) *mscheduler.ConsumerConfig {
+	return &mscheduler.ConsumerConfig{PollInterval: 50 * time.Millisecond, OnEvent: ev.record}
+}
+
+func publish[P any](t *testing.T, collection string, tasks ...mscheduler.Task[P]) {
+	t.Helper()
+	coll := testClient.Database(testDatabase).Collection(collection)
+	p, err := mscheduler.NewProducer[P](coll, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.PublishMany(context.Background(), tasks, nil); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+}
+
+type storedRun struct {
+	WorkerID string        `bson:"worker_id"`
+	Outcome  string        `bson:"outcome"`
+	Error    string        `bson:"error"`
+	Result   bson.RawValue `bson:"result"`
+}
+
+type storedTask struct {
+	Key    string      `bson:"key"`
+	Status string      `bson:"status"`
+	Runs   []storedRun `bson:"runs"`
+}
+
+func readTask(t *testing.T, collection, key string) storedTask {
+	t.Helper()
+	var st storedTask
+	err := testClient.Database(testDatabase).Collection(collection).FindOne(context.Background(), bson.D{{Key: "_id", Value: key}}).Decode(&st)
+	if err != nil {
+		t.Fatalf("read task %q: %v", key, err)
+	}
+	return st
+}
+
+type sum struct {
+	A int `bson:"a"`
+	B int `bson:"b"`
+}
+
+func add(ctx context.Context, task *mscheduler.Task[sum]) (int, error) {
+	return task.Params.A + task.Params.B, nil
+}
+
+func TestRunRunsPublishedTasksAndStopsCleanly(t *testing.T) {
+	const n = 10
+	name := collectionName(t)
+	w := newWorker(t, worker.Config{WorkerID: "w1"})
+	ev := newEvents()
+	if err := worker.Register(w, name, add, fastConsumer(ev)); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	stop := runWorker(t, w)
+	if err := worker.Register(w, "other", add, nil); err == nil {
+		t.Fatal("Register after Run started: no error")
+	}
+
+	var tasks []mscheduler.Task[sum]
+	for i := range n {
+		tasks = append(tasks, mscheduler.Task[sum]{Key: fmt.Sprintf("add%d", i), Params: sum{i, 100}})
+	}
+	publish(t, name, tasks...)
+	ev.waitCount(t, mscheduler.EventSucceeded, n)
+
+	if err := stop(); err != nil {
+		t.Fatalf("Run after cancel = %v, want nil", err)
+	}
+	for i := range n {
+		st := readTask(t, name, fmt.Sprintf("add%d", i))
+		if st.Status != "succeeded" || len(st.Runs) != 1 || st.Runs[0].WorkerID != "w1" {
+			t.Fatalf("task %d = %+v", i, st)
+		}
+		var got int
+		if err := st.Runs[0].Result.Unmarshal(&got); err != nil || got != i+100 {
+			t.Fatalf("task %d result = %d (%v), want %d", i, got, err, i+100)
+		}
+	}
+	counts := w.Counts()
+	if counts[mscheduler.EventSucceeded] != n || counts[mscheduler.EventClaimed] != n {
+		t.Fatalf("counts = %v, want %d claimed and succeeded", counts, n)
+	}
+	if err := w.Run(context.Background()); err == nil {
+		t.Fatal("second Run: no error")
+	}
+	if err := worker.Register(w, "late", add, nil); err == nil {
+		t.Fatal("Register after Run returned: no error")
+	}
+}
+
+// TestShutdownTimeout: on stop, a handler that finishes within
+// ShutdownTimeout is recorded as succeeded; one that does not is cancelled
+// with ErrShutdown and its run released.
+func TestShutdownTimeout(t *testing.T) {
+	name := collectionName(t)
+	w := newWorker(t, worker.Config{ShutdownTimeout: time.Second})
+	ev := newEvents()
+	causes := make(chan error, 1)
+	handler := func(ctx context.Context, task *mscheduler.Task[string]) (string, error) {
+		if task.Params == "slow" {
+			select {
+			case <-time.After(300 * time.Millisecond):
+				return "done", nil
+			case <-ctx.Done():
+				return "", context.Cause(ctx)
+			}
+		}
+		<-ctx.Done() // "stuck" waits for the cancellation
+		causes <- context.Cause(ctx)
+		return "", context.Cause(ctx)
+	}
+	if err := worker.Register(w, name, handler, fastConsumer(ev)); err != nil {
+		t.Fatal(err)
+	}
+	stop := runWorker(t, w)
+	publish(t, name, mscheduler.Task[string]{Key: "slow", Params: "slow"}, mscheduler.Task[string]{Key: "stuck", Params: "stuck"})
+	ev.waitCount(t, mscheduler.EventClaimed, 2)
+	began := time.Now()
+	if err := stop(); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	if took := time.Since(began); took < time.Second {
+		t.Fatalf("Run returned %v after the stop, before ShutdownTimeout", took)
+	}
+	if cause := <-causes; !errors.Is(cause, mscheduler.ErrShutdown) {
+		t.Fatalf("stuck handler's cause = %v, want ErrShutdown", cause)
+	}
+	if st := readTask(t, name, "slow"); st.Status != "succeeded" {
+		t.Fatalf("slow = %+v, want succeeded", st)
+	}
+	if st := readTask(t, name, "stuck"); st.Status != "pending" || len(st.Runs) != 1 || st.Runs[0].Outcome != "released" {
+		t.Fatalf("stuck = %+v, want pending with a released run", st)
+	}
+	if c := w.Counts(); c[mscheduler.EventReleased] != 1 || c[mscheduler.EventSucceeded] != 1 {
+		t.Fatalf("counts = %v", c)
+	}
+}
+
+func TestConfigValidationNamesTheField(t *testing.T) {
+	t.Setenv(worker.EnvURI, "")
+	for _, tc := range []struct {
+		field string
+		cfg   worker.Config
+	}{
+		{"URI", worker.Config{}},
+		{"URI", worker.Config{URI: "http://localhost"}},
+		{"Database", worker.Config{URI: testURI, Database: "a.b"}},
+		{"Database", worker.Config{URI: testURI, Database: strings.Repeat("d", 64)}},
+		{"WorkerID", worker.Config{URI: testURI, WorkerID: "host.example"}},
+		{"WorkerID", worker.Config{URI: testURI, WorkerID: "$w"}},
+		{"Groups[1]", worker.Config{URI: testURI, Groups: []string{"gpu", ""}}},
+		{"ShutdownTimeout", worker.Config{URI: testURI, ShutdownTimeout: -time.Second}},
+	} {
+		w, err := worker.New(context.Background(), tc.cfg)
+		if err == nil {
+			_ = w.Close()
+			t.Errorf("%+v: no error, want one naming %s", tc.cfg, tc.field)
+			continue
+		}
+		var ie *mscheduler.InvalidError
+		if !errors.As(err, &ie) || ie.Field != tc.field || !errors.Is(err, mscheduler.ErrInvalid) {
+			t.Errorf("%+v: error %v, want an InvalidError naming %s", tc.cfg, err, tc.field)
+		}
+		if want := "worker: invalid " + tc.field + ": "; !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("message %q does not start with %q", err, want)
+		}
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	t.Setenv(worker.EnvURI, testURI)
+	t.Setenv(worker.EnvDatabase, "mscheduler_worker_env")
+	w, err := worker.New(context.Background(), worker.Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if w.URI() != testURI || w.Database().Name() != "mscheduler_worker_env" {
+		t.Fatalf("URI %q, database %q: not from the environment", w.URI(), w.Database().Name())
+	}
+	host, _ := os.Hostname()
+	host = strings.NewReplacer(".", "-", "$", "-").Replace(host)
+	if prefix := fmt.Sprintf("%s-%d-", host, os.Getpid()); !strings.HasPrefix(w.ID(), prefix) {
+		t.Fatalf("ID = %q, want %s<8 hex digits>", w.ID(), prefix)
+	}
+
+	t.Setenv(worker.EnvDatabase, "")
+	w2, err := worker.New(context.Background(), worker.Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close()
+	if w2.Database().Name() != worker.DatabaseDefault {
+		t.Fatalf("database = %q, want %q", w2.Database().Name(), worker.DatabaseDefault)
+	}
+}
+
+func TestRegisterErrors(t *testing.T) {
+	w := newWorker(t, worker.Config{})
+	if err := w.Run(context.Background()); err == nil {
+		t.Fatal("Run with no consumers: no error")
+	}
+	w = newWorker(t, worker.Config{})
+	var ie *mscheduler.InvalidError
+	if err := worker.Register[sum, int](w, "c", nil, nil); !errors.As(err, &ie) || ie.Field != "handler" {
+		t.Fatalf("nil handler: %v", err)
+	}
+	if err := worker.Register(w, "", add, nil); !errors.As(err, &ie) || ie.Field != "collection" {
+		t.Fatalf("empty collection: %v", err)
+	}
+	if err := worker.Register(w, "c", add, &mscheduler.ConsumerConfig{Capacity: -1}); !errors.As(err, &ie) || ie.Field != "Capacity" {
+		t.Fatalf("bad consumer config: %v", err)
+	}
+	if err := worker.Register(w, "c", add, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Register(w, "c", add, nil); err == nil {
+		t.Fatal("same collection twice: no error")
+	}
+	if err := worker.Register(w, "c", add, &mscheduler.ConsumerConfig{WorkerID: "other"}); err != nil {
+		t.Fatalf("same collection under another worker id: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Register(w, "d", add, nil); err == nil {
+		t.Fatal("Register after Close: no error")
+	}
+	if err := w.Run(context.Background()); err == nil {
+		t.Fatal("Run after Close: no error")
+	}
+}
+
+// TestConsumerConfigIsFilled: the worker's id and groups reach the
+// consumer, whose runs are recorded under them; the caller's config is not
+// modified.
+func TestConsumerConfigIsFilled(t *testing.T) {
+	name := collectionName(t)
+	w := newWorker(t, worker.Config{WorkerID: "gpu-box", Groups: []string{"gpu"}})
+	ev := newEvents()
+	cfg := fastConsumer(ev)
+	if err := worker.Register(w, name, add, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.WorkerID != "" || cfg.Groups != nil || cfg.Logger != nil {
+		t.Fatalf("Register modified the caller's config: %+v", cfg)
+	}
+	stop := runWorker(t, w)
+	publish(t, name, mscheduler.Task[sum]{Key: "g", Group: "gpu"})
+	ev.waitCount(t, mscheduler.EventSucceeded, 1)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st := readTask(t, name, "g"); st.Status != "succeeded" || st.Runs[0].WorkerID != "gpu-box" {
+		t.Fatalf("task = %+v", st)
+	}
+}
+
+// TestDevServerOption: with no URI and DevServer set, New starts the
+// development server and Run stops it when it returns.
+func TestDevServerOption(t *testing.T) {
+	if os.Getenv(worker.EnvURI) != "" {
+		t.Skip("MONGODB_URI is set")
+	}
+	t.Setenv(worker.EnvURI, "")
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	w, err := worker.New(ctx, worker.Config{DevServer: true, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if w.URI() == "" || w.URI() == testURI {
+		t.Fatalf("URI = %q, want a server of its own", w.URI())
+	}
+	ev := newEvents()
+	if err := worker.Register(w, "dev", add, fastConsumer(ev)); err != nil {
+		t.Fatal(err)
+	}
+	stop := runWorker(t, w)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	probe, err := mongo.Connect(options.Client().ApplyURI(w.URI()).SetServerSelectionTimeout(500 * time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Disconnect(context.Background())
+	if err := probe.Ping(ctx, nil); err == nil {
+		t.Fatal("the development server still answers after Run returned")
+	}
+}
+
+// TestTwoWorkersShareACollection: two worker processes (here, two workers
+// with their own clients) on one collection both start and share the work.
+// Both create the indexes, which must be idempotent.
+func TestTwoWorkersShareACollection(t *testing.T) {
+	const n = 20
+	name := collectionName(t)
+	ev := newEvents()
+	var stops []func() error
+	for _, id := range []string{"a", "b"} {
+		w := newWorker(t, worker.Config{WorkerID: id})
+		cfg := fastConsumer(ev)
+		cfg.Capacity = 2
+		if err := worker.Register(w, name, func(ctx context.Context, task *mscheduler.Task[sum]) (int, error) {
+			time.Sleep(20 * time.Millisecond)
+			return 0, nil
+		}, cfg); err != nil {
+			t.Fatal(err)
+		}
+		stops = append(stops, runWorker(t, w))
+	}
+	var tasks []mscheduler.Task[sum]
+	for i := range n {
+		tasks = append(tasks, mscheduler.Task[sum]{Key: fmt.Sprintf("t%d", i)})
+	}
+	publish(t, name, tasks...)
+	ev.waitCount(t, mscheduler.EventSucceeded, n)
+	for _, stop := range stops {
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := ev.count(mscheduler.EventClaimed); c != n {
+		t.Fatalf("%d claims, want %d", c, n)
+	}
+}
+
+// TestSkipIndexes: a worker with SkipIndexes creates no index.
+func TestSkipIndexes(t *testing.T) {
+	name := collectionName(t)
+	w := newWorker(t, worker.Config{SkipIndexes: true})
+	if err := worker.Register(w, name, add, fastConsumer(newEvents())); err != nil {
+		t.Fatal(err)
+	}
+	stop := runWorker(t, w)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	specs, err := testClient.Database(testDatabase).Collection(name).Indexes().ListSpecifications(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range specs {
+		if s.Name != "_id_" {
+			t.Fatalf("index %s was created", s.Name)
+		}
+	}
+}
