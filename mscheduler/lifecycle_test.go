@@ -381,3 +381,68 @@ func TestCorruptedDocumentsDoNotStopTheWorker(t *testing.T) {
 		}
 	}
 }
+
+// TestPingsFailingUntilLeaseLapsesStopHandler: a worker cut off from the
+// server cannot renew its lease; when the lease lapses it cancels the handler
+// itself (another worker may take the run from then on).
+func TestPingsFailingUntilLeaseLapsesStopHandler(t *testing.T) {
+	coll := testmongo.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", PingInterval: 100 * time.Millisecond, WorkerTimeout: 600 * time.Millisecond}, nil); err != nil {
+		t.Fatal(err)
+	}
+	client := testmongo.NewClient(t)
+	ev := newEvents()
+	causes := make(chan error, 1)
+	startConsumer(t, testmongo.CollectionOf(t, client), func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return 0, ctx.Err()
+	}, fastConfig("cut-off", ev))
+	ev.waitCount(t, mscheduler.EventClaimed, 1)
+	waitForLeaseRenewal(t, coll, "k", "cut-off")
+	if err := client.Disconnect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, mscheduler.ErrLeaseLost) || !strings.Contains(cause.Error(), "lapsed") {
+			t.Fatalf("cause = %v, want ErrLeaseLost after the lease lapsed", cause)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("handler was not cancelled after its lease lapsed")
+	}
+	if n := ev.count(mscheduler.EventError); n == 0 {
+		t.Fatal("no error event for the failed pings")
+	}
+}
+
+func TestDiscoveryChangeStream(t *testing.T) {
+	coll := testmongo.Collection(t)
+	ev := newEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Discovery = mscheduler.DiscoveryChangeStream
+	cfg.ChangeStreamPollInterval = time.Hour // only the stream can wake the worker
+	cfg.PollInterval = time.Hour
+	c, err := mscheduler.NewConsumer(coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) { return 0, nil }, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !testmongo.HasChangeStreams(ctxT(t), coll) {
+		// The server has none (a standalone MongoDB, the development
+		// server): a consumer that requires one must refuse to start.
+		if err := c.Start(ctxT(t)); err == nil || !strings.Contains(err.Error(), "change stream") {
+			t.Fatalf("Start = %v, want an error about the change stream", err)
+		}
+		t.Skip("this server has no change streams; the stream path needs a replica set (set MONGODB_URI)")
+	}
+	if err := c.Start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	p := newProducer[int](t, coll, nil)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "pushed"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev.waitCount(t, mscheduler.EventSucceeded, 1)
+}

@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/goleak"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
 	"github.com/mscheduler/mscheduler/worker"
@@ -40,6 +41,7 @@ var (
 func TestMain(m *testing.M) { os.Exit(runTests(m)) }
 
 func runTests(m *testing.M) int {
+	var server *devserver.Server
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	testURI = os.Getenv(worker.EnvURI)
@@ -49,7 +51,8 @@ func runTests(m *testing.M) int {
 			fmt.Fprintf(os.Stderr, "start the development server (or set %s): %v\n", worker.EnvURI, err)
 			return 1
 		}
-		defer s.Stop()
+		defer func() { _ = s.Stop() }() // a no-op after the Stop below
+		server = s
 		testURI = s.URI()
 	}
 	var err error
@@ -60,8 +63,19 @@ func runTests(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "connect:", err)
 		return 1
 	}
-	defer testClient.Disconnect(context.Background())
-	return m.Run()
+	code := m.Run()
+	_ = testClient.Disconnect(context.Background())
+	if server != nil {
+		_ = server.Stop()
+	}
+	if code == 0 {
+		// Every worker, consumer and client a test started must be gone.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
+			return 1
+		}
+	}
+	return code
 }
 
 // quietLog discards logs unless MSCHEDULER_TEST_LOG is set.

@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/goleak"
 
 	"github.com/mscheduler/mscheduler/worker/devserver"
 )
@@ -45,6 +46,13 @@ func Main(m *testing.M) int {
 	_ = client.Disconnect(context.Background())
 	if server != nil {
 		_ = server.Stop()
+	}
+	if code == 0 {
+		// Every consumer, client and handler a test started must be gone.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "testmongo: goroutines left behind:", err)
+			return 1
+		}
 	}
 	return code
 }
