@@ -81,7 +81,12 @@ func (e *events) count(kind mscheduler.EventKind) int {
 // event; it fails the test after waitTimeout.
 func (e *events) waitFor(t *testing.T, what string, cond func([]mscheduler.Event) bool) {
 	t.Helper()
-	deadline := time.After(waitTimeout)
+	e.waitForWithin(t, waitTimeout, what, cond)
+}
+
+func (e *events) waitForWithin(t *testing.T, timeout time.Duration, what string, cond func([]mscheduler.Event) bool) {
+	t.Helper()
+	deadline := time.After(timeout)
 	for !cond(e.snapshot()) {
 		select {
 		case <-e.signal:
@@ -93,7 +98,12 @@ func (e *events) waitFor(t *testing.T, what string, cond func([]mscheduler.Event
 
 func (e *events) waitCount(t *testing.T, kind mscheduler.EventKind, n int) {
 	t.Helper()
-	e.waitFor(t, string(kind)+" events", func(evs []mscheduler.Event) bool {
+	e.waitCountWithin(t, waitTimeout, kind, n)
+}
+
+func (e *events) waitCountWithin(t *testing.T, timeout time.Duration, kind mscheduler.EventKind, n int) {
+	t.Helper()
+	e.waitForWithin(t, timeout, string(kind)+" events", func(evs []mscheduler.Event) bool {
 		c := 0
 		for _, ev := range evs {
 			if ev.Kind == kind {
