@@ -131,13 +131,18 @@ func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (*taskDoc
 		{Key: "$min", Value: bson.D{{Key: fNextExpiry, Value: now.Add(claimLease)}}},
 	}
 	opts := options.FindOneAndUpdate().SetSort(claimSort).SetReturnDocument(options.After)
+	// A claim the server applied must reach its run, so a stop does not
+	// interrupt the command (the loop checks ctx before each claim): a claim
+	// lost on the way back would hold its slot until the lease lapsed.
+	wctx, cancel := c.writeCtx()
+	defer cancel()
 	var raw bson.Raw
-	err := c.caps.findOneAndUpdate(ctx, c.coll, filter, update, opts, bson.D{{Key: fRuns, Value: 0}}).Decode(&raw)
+	err := c.caps.findOneAndUpdate(wctx, c.coll, filter, update, opts, bson.D{{Key: fRuns, Value: 0}}).Decode(&raw)
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return nil, nil
 	case err != nil && isServerRefusal(err):
-		c.poison(ctx, st, filter, err)
+		c.poison(wctx, st, filter, err)
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("mscheduler: claim: %w", err)
