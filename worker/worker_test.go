@@ -42,7 +42,7 @@ func TestMain(m *testing.M) { os.Exit(runTests(m)) }
 
 func runTests(m *testing.M) int {
 	var server *devserver.Server
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute) // a first build of the server takes minutes
 	defer cancel()
 	testURI = os.Getenv(worker.EnvURI)
 	if testURI == "" {

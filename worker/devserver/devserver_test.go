@@ -24,7 +24,7 @@ import (
 // MONGODB_URI names a real server.
 
 // startTimeout covers the first build of the server (FerretDB modules are downloaded then).
-const startTimeout = 5 * time.Minute
+const startTimeout = 15 * time.Minute
 
 // startServer starts a server that is stopped when the test ends.
 func startServer(t *testing.T, opts devserver.Options) *devserver.Server {

@@ -58,7 +58,7 @@ func Main(m *testing.M) int {
 }
 
 func setup() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute) // a first build of the server takes minutes
 	defer cancel()
 	uri = os.Getenv(EnvURI)
 	if uri == "" {
