@@ -12,7 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
-	"github.com/mscheduler/mscheduler/mscheduler/internal/testmongo"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
 )
 
 type sum struct {
@@ -21,19 +21,19 @@ type sum struct {
 }
 
 func TestConsumerRunsTaskAndRecordsResult(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[sum](t, coll, nil)
 	if _, err := p.Publish(ctxT(t), mscheduler.Task[sum]{Key: "add", Params: sum{2, 3}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[sum]) (int, error) {
 		if task.Run == nil || task.Run.ID == "" || task.Run.WorkerID != "w1" || task.Run.Attempt != 1 {
 			return 0, fmt.Errorf("bad run info: %+v", task.Run)
 		}
 		return task.Params.A + task.Params.B, nil
 	}, fastConfig("w1", ev))
-	ev.waitCount(t, mscheduler.EventSucceeded, 1)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
 
 	st := readTask(t, coll, "add")
 	if st.Status != "succeeded" || st.Succeeded != 1 || st.Running != 0 || st.Free != 0 || len(st.Holders) != 0 || st.NextExpiry != nil {
@@ -55,7 +55,7 @@ func TestConsumerRunsTaskAndRecordsResult(t *testing.T) {
 // every task runs exactly once.
 func TestClaimRace(t *testing.T) {
 	const tasks, workers = 500, 8
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)
 	batch := make([]mscheduler.Task[int], tasks)
 	for i := range batch {
@@ -68,9 +68,9 @@ func TestClaimRace(t *testing.T) {
 	t.Logf("published %d tasks in %v", tasks, time.Since(start))
 	var mu sync.Mutex
 	runs := map[int]int{}
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	for w := 0; w < workers; w++ {
-		wcoll := testmongo.CollectionOf(t, testmongo.NewClient(t))
+		wcoll := mschedulertest.CollectionOf(t, mschedulertest.NewClient(t))
 		cfg := fastConfig(fmt.Sprintf("w%d", w), ev)
 		cfg.Capacity = 4
 		// No worker dies here; on the development server every sweep scans
@@ -86,7 +86,7 @@ func TestClaimRace(t *testing.T) {
 	}
 	// The development server scans the collection for every claim and run
 	// end: about 3 tasks/s here with 500 tasks, so this takes minutes.
-	ev.waitCountWithin(t, 10*time.Minute, mscheduler.EventSucceeded, tasks)
+	ev.WaitCountWithin(t, 10*time.Minute, mscheduler.EventSucceeded, tasks)
 	mu.Lock()
 	defer mu.Unlock()
 	for i := 0; i < tasks; i++ {
@@ -97,7 +97,7 @@ func TestClaimRace(t *testing.T) {
 	if n := countDocs(t, coll, bson.D{{Key: "status", Value: "succeeded"}}); n != tasks {
 		t.Fatalf("succeeded tasks = %d, want %d", n, tasks)
 	}
-	if n := ev.count(mscheduler.EventClaimed); n != tasks {
+	if n := ev.Count(mscheduler.EventClaimed); n != tasks {
 		t.Fatalf("claims = %d, want %d", n, tasks)
 	}
 }
@@ -105,12 +105,12 @@ func TestClaimRace(t *testing.T) {
 func TestConcurrencyThreeWithFiveWorkers(t *testing.T) {
 	for _, distinct := range []bool{false, true} {
 		t.Run(fmt.Sprintf("distinct=%v", distinct), func(t *testing.T) {
-			coll := testmongo.Collection(t)
+			coll := mschedulertest.Collection(t)
 			p := newProducer[int](t, coll, nil)
 			if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "c3", Concurrency: 3, DistinctWorkers: distinct}, nil); err != nil {
 				t.Fatal(err)
 			}
-			ev := newEvents()
+			ev := mschedulertest.NewEvents()
 			var mu sync.Mutex
 			running, maxRunning := 0, 0
 			release := make(chan struct{})
@@ -130,10 +130,10 @@ func TestConcurrencyThreeWithFiveWorkers(t *testing.T) {
 				}, fastConfig(fmt.Sprintf("w%d", w), ev))
 			}
 			if !distinct {
-				ev.waitCount(t, mscheduler.EventClaimed, 3)
+				ev.WaitCount(t, mscheduler.EventClaimed, 3)
 				close(release)
 			}
-			ev.waitCount(t, mscheduler.EventSucceeded, 3)
+			ev.WaitCount(t, mscheduler.EventSucceeded, 3)
 			st := readTask(t, coll, "c3")
 			if st.Status != "succeeded" || st.Succeeded != 3 || len(st.Runs) != 3 {
 				t.Fatalf("task = %+v", st)
@@ -151,7 +151,7 @@ func TestConcurrencyThreeWithFiveWorkers(t *testing.T) {
 			if maxRunning > 3 {
 				t.Fatalf("%d runs at once, want at most 3", maxRunning)
 			}
-			if n := ev.count(mscheduler.EventClaimed); n != 3 {
+			if n := ev.Count(mscheduler.EventClaimed); n != 3 {
 				t.Fatalf("claims = %d, want exactly 3", n)
 			}
 		})
@@ -161,17 +161,17 @@ func TestConcurrencyThreeWithFiveWorkers(t *testing.T) {
 // TestDistinctWorkersNeverRepeat: with distinct workers, one worker that
 // finishes fast cannot take a second slot of the task.
 func TestDistinctWorkersNeverRepeat(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)
 	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "d", Concurrency: 2, DistinctWorkers: true}, nil); err != nil {
 		t.Fatal(err)
 	}
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) { return 0, nil }, fastConfig("only", ev))
-	ev.waitCount(t, mscheduler.EventSucceeded, 1)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
 	// A second worker takes the remaining slot; "only" never got it.
 	startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) { return 0, nil }, fastConfig("second", ev))
-	ev.waitCount(t, mscheduler.EventSucceeded, 2)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 2)
 	st := readTask(t, coll, "d")
 	if st.Status != "succeeded" || st.Runs[0].WorkerID != "only" || st.Runs[1].WorkerID != "second" {
 		t.Fatalf("task = %+v", st)
@@ -179,7 +179,7 @@ func TestDistinctWorkersNeverRepeat(t *testing.T) {
 }
 
 func TestWorkerIDsAndGroups(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[string](t, coll, nil)
 	tasks := []mscheduler.Task[string]{
 		{Key: "for-b", Params: "b", WorkerIDs: []string{"b"}},
@@ -190,7 +190,7 @@ func TestWorkerIDsAndGroups(t *testing.T) {
 	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
 		t.Fatal(err)
 	}
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	var mu sync.Mutex
 	ran := map[string]string{}
 	handler := func(ctx context.Context, task *mscheduler.Task[string]) (int, error) {
@@ -201,11 +201,11 @@ func TestWorkerIDsAndGroups(t *testing.T) {
 	}
 	cfgA := fastConfig("a", ev) // no groups, not allowed for the targeted tasks
 	startConsumer(t, coll, handler, cfgA)
-	ev.waitCount(t, mscheduler.EventSucceeded, 1)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
 	cfgB := fastConfig("b", ev)
 	cfgB.Groups = []string{"gpu"}
 	startConsumer(t, coll, handler, cfgB)
-	ev.waitCount(t, mscheduler.EventSucceeded, 4)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 4)
 	mu.Lock()
 	defer mu.Unlock()
 	if ran["anyone"] != "a" && ran["anyone"] != "b" {
@@ -219,7 +219,7 @@ func TestWorkerIDsAndGroups(t *testing.T) {
 }
 
 func TestPriorityOrderThenRunAt(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)
 	base := time.Now().Add(-time.Hour)
 	tasks := []mscheduler.Task[int]{
@@ -231,7 +231,7 @@ func TestPriorityOrderThenRunAt(t *testing.T) {
 	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
 		t.Fatal(err)
 	}
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	var mu sync.Mutex
 	var order []string
 	cfg := fastConfig("solo", ev)
@@ -242,7 +242,7 @@ func TestPriorityOrderThenRunAt(t *testing.T) {
 		mu.Unlock()
 		return 0, nil
 	}, cfg)
-	ev.waitCount(t, mscheduler.EventSucceeded, 4)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 4)
 	want := "high-early,high-late,mid,low-early"
 	if got := strings.Join(order, ","); got != want {
 		t.Fatalf("order = %s, want %s", got, want)
@@ -250,17 +250,17 @@ func TestPriorityOrderThenRunAt(t *testing.T) {
 }
 
 func TestFutureRunAtIsNotClaimedEarly(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	c := startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) { return 0, nil }, fastConfig("w", ev))
 	runAt := time.Now().Add(c.ClockOffset()).Add(1500 * time.Millisecond)
 	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "later", RunAt: runAt}, nil); err != nil {
 		t.Fatal(err)
 	}
-	ev.waitCount(t, mscheduler.EventClaimed, 1)
+	ev.WaitCount(t, mscheduler.EventClaimed, 1)
 	var claimedAt time.Time
-	for _, e := range ev.snapshot() {
+	for _, e := range ev.Snapshot() {
 		if e.Kind == mscheduler.EventClaimed {
 			claimedAt = e.At
 		}
@@ -268,17 +268,17 @@ func TestFutureRunAtIsNotClaimedEarly(t *testing.T) {
 	if claimedAt.Before(runAt.Truncate(time.Millisecond)) {
 		t.Fatalf("claimed at %v, before run_at %v", claimedAt, runAt)
 	}
-	ev.waitCount(t, mscheduler.EventSucceeded, 1)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
 }
 
 func TestPanicRetriesThenFailsRunsThenTask(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)
 	task := mscheduler.Task[int]{Key: "boom", MaxRetries: 2, RetryDelay: time.Millisecond, MaxFailedRuns: 2}
 	if _, err := p.Publish(ctxT(t), task, nil); err != nil {
 		t.Fatal(err)
 	}
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	var mu sync.Mutex
 	calls := 0
 	startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
@@ -287,7 +287,7 @@ func TestPanicRetriesThenFailsRunsThenTask(t *testing.T) {
 		mu.Unlock()
 		panic("kaput")
 	}, fastConfig("w", ev))
-	ev.waitCount(t, mscheduler.EventFailed, 2)
+	ev.WaitCount(t, mscheduler.EventFailed, 2)
 	st := readTask(t, coll, "boom")
 	if st.Status != "failed" || st.FailedRuns != 2 || len(st.Runs) != 2 {
 		t.Fatalf("task = %+v", st)
@@ -297,7 +297,7 @@ func TestPanicRetriesThenFailsRunsThenTask(t *testing.T) {
 			t.Fatalf("run = %+v, want a failed run of 3 attempts with the panic and its stack", r)
 		}
 	}
-	if n := ev.count(mscheduler.EventRetried); n != 4 {
+	if n := ev.Count(mscheduler.EventRetried); n != 4 {
 		t.Fatalf("retries = %d, want 4 (2 per run)", n)
 	}
 	mu.Lock()
@@ -306,7 +306,7 @@ func TestPanicRetriesThenFailsRunsThenTask(t *testing.T) {
 		t.Fatalf("handler calls = %d, want 6", calls)
 	}
 	var perr *mscheduler.PanicError
-	for _, e := range ev.snapshot() {
+	for _, e := range ev.Snapshot() {
 		if e.Kind == mscheduler.EventRetried && !errors.As(e.Err, &perr) {
 			t.Fatalf("retried event error %v is not a *PanicError", e.Err)
 		}
@@ -314,16 +314,16 @@ func TestPanicRetriesThenFailsRunsThenTask(t *testing.T) {
 }
 
 func TestSkipRetryFailsRunAtOnce(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)
 	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", MaxRetries: 5, MaxFailedRuns: 1}, nil); err != nil {
 		t.Fatal(err)
 	}
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
 		return 0, mscheduler.SkipRetry(errors.New("bad input"))
 	}, fastConfig("w", ev))
-	ev.waitCount(t, mscheduler.EventFailed, 1)
+	ev.WaitCount(t, mscheduler.EventFailed, 1)
 	st := readTask(t, coll, "k")
 	if st.Status != "failed" || st.Runs[0].Attempts != 1 || st.Runs[0].Error != "bad input" {
 		t.Fatalf("task = %+v", st)
@@ -331,18 +331,18 @@ func TestSkipRetryFailsRunAtOnce(t *testing.T) {
 }
 
 func TestFailedRunLetsAnotherWorkerTry(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)
 	// The failed run delays the task by its backoff (about RetryDelay), so
 	// the flaky worker is stopped before it could claim it again.
 	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", MaxRetries: mscheduler.NoRetries, RetryDelay: 2 * time.Second}, nil); err != nil {
 		t.Fatal(err)
 	}
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	flaky := startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
 		return 0, errors.New("disk full")
 	}, fastConfig("flaky", ev))
-	ev.waitCount(t, mscheduler.EventFailed, 1)
+	ev.WaitCount(t, mscheduler.EventFailed, 1)
 	if err := flaky.Stop(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +354,7 @@ func TestFailedRunLetsAnotherWorkerTry(t *testing.T) {
 		t.Fatalf("after failed run: %+v", st)
 	}
 	startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) { return 1, nil }, fastConfig("good", ev))
-	ev.waitFor(t, "a success by good", func(evs []mscheduler.Event) bool {
+	ev.WaitFor(t, "a success by good", func(evs []mscheduler.Event) bool {
 		for _, e := range evs {
 			if e.Kind == mscheduler.EventSucceeded && e.WorkerID == "good" {
 				return true

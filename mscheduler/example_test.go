@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
-	"github.com/mscheduler/mscheduler/mscheduler/internal/testmongo"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
 )
 
 type greeting struct {
@@ -16,7 +16,7 @@ type greeting struct {
 // Publish a task and run it with a consumer.
 func Example() {
 	ctx := context.Background()
-	coll := testmongo.Client().Database(testmongo.Database).Collection("example_greetings")
+	coll := mschedulertest.Client().Database(mschedulertest.Database).Collection("example_greetings")
 	defer coll.Drop(ctx)
 	if err := mscheduler.EnsureIndexes(ctx, coll); err != nil {
 		panic(err)

@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,19 +12,18 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
-	"github.com/mscheduler/mscheduler/mscheduler/internal/testmongo"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
 )
 
 func TestMain(m *testing.M) {
 	if os.Getenv(crashWorkerEnv) != "" {
 		runCrashWorker()
 	}
-	os.Exit(testmongo.Main(m))
+	os.Exit(mschedulertest.Main(m))
 }
 
-// waitTimeout bounds every wait for an event; the development server is
-// slow, so it is generous, and a passing test never waits for it.
-const waitTimeout = 3 * time.Minute
+// waitTimeout bounds the waits that do not go through Events.
+const waitTimeout = mschedulertest.WaitTimeout
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
@@ -41,95 +39,14 @@ var quietLog = func() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }()
 
-// events records consumer events and lets a test wait for a condition on
-// them without sleeping.
-type events struct {
-	mu     sync.Mutex
-	all    []mscheduler.Event
-	signal chan struct{}
-}
-
-func newEvents() *events { return &events{signal: make(chan struct{}, 1)} }
-
-func (e *events) record(ev mscheduler.Event) {
-	e.mu.Lock()
-	e.all = append(e.all, ev)
-	e.mu.Unlock()
-	select {
-	case e.signal <- struct{}{}:
-	default:
-	}
-}
-
-func (e *events) snapshot() []mscheduler.Event {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]mscheduler.Event(nil), e.all...)
-}
-
-func (e *events) count(kind mscheduler.EventKind) int {
-	n := 0
-	for _, ev := range e.snapshot() {
-		if ev.Kind == kind {
-			n++
-		}
-	}
-	return n
-}
-
-// waitFor waits until cond holds on the events, re-checking on each new
-// event; it fails the test after waitTimeout.
-func (e *events) waitFor(t *testing.T, what string, cond func([]mscheduler.Event) bool) {
-	t.Helper()
-	e.waitForWithin(t, waitTimeout, what, cond)
-}
-
-func (e *events) waitForWithin(t *testing.T, timeout time.Duration, what string, cond func([]mscheduler.Event) bool) {
-	t.Helper()
-	deadline := time.After(timeout)
-	for !cond(e.snapshot()) {
-		select {
-		case <-e.signal:
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s; events: %v", what, summarize(e.snapshot()))
-		}
-	}
-}
-
-func (e *events) waitCount(t *testing.T, kind mscheduler.EventKind, n int) {
-	t.Helper()
-	e.waitCountWithin(t, waitTimeout, kind, n)
-}
-
-func (e *events) waitCountWithin(t *testing.T, timeout time.Duration, kind mscheduler.EventKind, n int) {
-	t.Helper()
-	e.waitForWithin(t, timeout, string(kind)+" events", func(evs []mscheduler.Event) bool {
-		c := 0
-		for _, ev := range evs {
-			if ev.Kind == kind {
-				c++
-			}
-		}
-		return c >= n
-	})
-}
-
-func summarize(evs []mscheduler.Event) map[mscheduler.EventKind]int {
-	out := map[mscheduler.EventKind]int{}
-	for _, ev := range evs {
-		out[ev.Kind]++
-	}
-	return out
-}
-
 // fastConfig is a consumer config with short intervals for tests.
-func fastConfig(workerID string, ev *events) *mscheduler.ConsumerConfig {
+func fastConfig(workerID string, ev *mschedulertest.Events) *mscheduler.ConsumerConfig {
 	return &mscheduler.ConsumerConfig{
 		WorkerID:      workerID,
 		PollInterval:  50 * time.Millisecond,
 		SweepInterval: time.Second,
 		Logger:        quietLog,
-		OnEvent:       ev.record,
+		OnEvent:       ev.Record,
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
-	"github.com/mscheduler/mscheduler/mscheduler/internal/testmongo"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
 )
 
 // TestLeaseLostCancelsHandlerAndDropsResult: when another worker takes the
@@ -24,21 +24,21 @@ import (
 // nothing, the handler's context is cancelled with ErrLeaseLost, and its late
 // result is not written.
 func TestLeaseLostCancelsHandlerAndDropsResult(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)
 	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", PingInterval: 100 * time.Millisecond, WorkerTimeout: 5 * time.Second}, nil); err != nil {
 		t.Fatal(err)
 	}
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	causes := make(chan error, 1)
 	startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (string, error) {
 		<-ctx.Done()
 		causes <- context.Cause(ctx)
 		return "late result", nil
 	}, fastConfig("w", ev))
-	ev.waitCount(t, mscheduler.EventClaimed, 1)
+	ev.WaitCount(t, mscheduler.EventClaimed, 1)
 	setFields(t, coll, "k", bson.D{{Key: "holders.w.run", Value: "taken-over"}})
-	ev.waitCount(t, mscheduler.EventLeaseLost, 1)
+	ev.WaitCount(t, mscheduler.EventLeaseLost, 1)
 	if cause := <-causes; !errors.Is(cause, mscheduler.ErrLeaseLost) {
 		t.Fatalf("handler context cause = %v, want ErrLeaseLost", cause)
 	}
@@ -46,7 +46,7 @@ func TestLeaseLostCancelsHandlerAndDropsResult(t *testing.T) {
 	if len(st.Runs) != 0 || st.Status != "running" || st.Succeeded != 0 {
 		t.Fatalf("task after lost lease = %+v, want nothing written", st)
 	}
-	if n := ev.count(mscheduler.EventSucceeded); n != 0 {
+	if n := ev.Count(mscheduler.EventSucceeded); n != 0 {
 		t.Fatalf("succeeded events = %d, want 0", n)
 	}
 }
@@ -54,18 +54,18 @@ func TestLeaseLostCancelsHandlerAndDropsResult(t *testing.T) {
 // TestStopLetsHandlersFinish: within Stop's deadline a handler finishes
 // and its run is recorded as succeeded.
 func TestStopLetsHandlersFinish(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)
 	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	proceed := make(chan struct{})
 	c := startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
 		<-proceed
 		return 7, nil
 	}, fastConfig("w", ev))
-	ev.waitCount(t, mscheduler.EventClaimed, 1)
+	ev.WaitCount(t, mscheduler.EventClaimed, 1)
 	stopped := make(chan error, 1)
 	go func() { stopped <- c.Stop(ctxT(t)) }()
 	close(proceed)
@@ -87,23 +87,23 @@ func TestStopLetsHandlersFinish(t *testing.T) {
 // cancelled and their runs released, so another worker claims them while
 // the old lease is still valid.
 func TestShutdownReleasesRunsAtOnce(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)
 	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", WorkerTimeout: time.Minute}, nil); err != nil {
 		t.Fatal(err)
 	}
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	first := startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
 		<-ctx.Done()
 		return 0, context.Cause(ctx)
 	}, fastConfig("leaving", ev))
-	ev.waitCount(t, mscheduler.EventClaimed, 1)
+	ev.WaitCount(t, mscheduler.EventClaimed, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	if err := first.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ev.waitCount(t, mscheduler.EventReleased, 1)
+	ev.WaitCount(t, mscheduler.EventReleased, 1)
 	st := readTask(t, coll, "k")
 	if st.Status != "pending" || st.Free != 1 || st.Running != 0 || len(st.Runs) != 1 || st.Runs[0].Outcome != "released" || st.FailedRuns != 0 {
 		t.Fatalf("after release: %+v", st)
@@ -113,7 +113,7 @@ func TestShutdownReleasesRunsAtOnce(t *testing.T) {
 	}
 	released := st.Runs[0]
 	startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) { return 1, nil }, fastConfig("staying", ev))
-	ev.waitCount(t, mscheduler.EventSucceeded, 1)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
 	st = readTask(t, coll, "k")
 	if st.Status != "succeeded" || st.Runs[1].WorkerID != "staying" {
 		t.Fatalf("after takeover: %+v", st)
@@ -134,12 +134,12 @@ func TestShutdownReleasesRunsAtOnce(t *testing.T) {
 // cancelled context is abandoned after ReleaseTimeout; its run is released
 // and its late result is not written.
 func TestShutdownAbandonsHandlerThatIgnoresContext(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)
 	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	unblock := make(chan struct{})
 	returned := make(chan struct{})
 	cfg := fastConfig("w", ev)
@@ -149,7 +149,7 @@ func TestShutdownAbandonsHandlerThatIgnoresContext(t *testing.T) {
 		<-unblock // ignores ctx
 		return 1, nil
 	}, cfg)
-	ev.waitCount(t, mscheduler.EventClaimed, 1)
+	ev.WaitCount(t, mscheduler.EventClaimed, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if err := c.Stop(ctx); err != nil {
@@ -169,9 +169,9 @@ func TestShutdownAbandonsHandlerThatIgnoresContext(t *testing.T) {
 // TestSkewedClocks: workers whose clocks are 30 s ahead and behind neither
 // stall, nor claim a task early, nor take over each other's live runs.
 func TestSkewedClocks(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	var mu sync.Mutex
 	runs := map[string]int{}
 	startedAt := map[string]time.Time{} // by the test's own clock, which the server shares
@@ -194,7 +194,7 @@ func TestSkewedClocks(t *testing.T) {
 		cfg := fastConfig(fmt.Sprintf("skew%+d", int(skew.Seconds())), ev)
 		cfg.Clock = func() time.Time { return time.Now().Add(skew) }
 		cfg.SweepInterval = 100 * time.Millisecond
-		c := startConsumer(t, testmongo.CollectionOf(t, testmongo.NewClient(t)), handler, cfg)
+		c := startConsumer(t, mschedulertest.CollectionOf(t, mschedulertest.NewClient(t)), handler, cfg)
 		if off := c.ClockOffset(); (off + skew).Abs() > time.Second {
 			t.Fatalf("clock offset %v does not cancel a skew of %v", off, skew)
 		}
@@ -208,7 +208,7 @@ func TestSkewedClocks(t *testing.T) {
 	if _, err := p.PublishMany(ctxT(t), long, nil); err != nil {
 		t.Fatal(err)
 	}
-	ev.waitCount(t, mscheduler.EventClaimed, len(long))
+	ev.WaitCount(t, mscheduler.EventClaimed, len(long))
 	// The fast clock must neither preempt the slow worker's live runs nor
 	// start a task before its time.
 	start(30 * time.Second)
@@ -220,7 +220,7 @@ func TestSkewedClocks(t *testing.T) {
 	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
 		t.Fatal(err)
 	}
-	ev.waitCount(t, mscheduler.EventSucceeded, len(long)+len(tasks))
+	ev.WaitCount(t, mscheduler.EventSucceeded, len(long)+len(tasks))
 	mu.Lock()
 	defer mu.Unlock()
 	for _, task := range append(long, tasks...) {
@@ -228,7 +228,7 @@ func TestSkewedClocks(t *testing.T) {
 			t.Errorf("%s ran %d times", task.Key, runs[task.Key])
 		}
 	}
-	if n := ev.count(mscheduler.EventExpired); n != 0 {
+	if n := ev.Count(mscheduler.EventExpired); n != 0 {
 		t.Errorf("%d runs expired; skewed clocks broke leases", n)
 	}
 	if got := startedAt["future"]; got.Before(future.RunAt.Add(-50 * time.Millisecond)) {
@@ -242,8 +242,8 @@ const crashWorkerEnv = "MSCHEDULER_TEST_CRASH_WORKER"
 
 func runCrashWorker() {
 	uri, collName := os.Getenv("MONGODB_URI"), os.Getenv(crashWorkerEnv)
-	client := testmongo.ConnectOrExit(uri)
-	coll := client.Database(testmongo.Database).Collection(collName)
+	client := mschedulertest.ConnectOrExit(uri)
+	coll := client.Database(mschedulertest.Database).Collection(collName)
 	c, err := mscheduler.NewConsumer(coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
 		fmt.Printf("started %s %s\n", task.Key, task.Run.ID)
 		select {} // hang until killed
@@ -262,13 +262,13 @@ func runCrashWorker() {
 // lease lapses, another worker records the run as expired, takes the slot
 // and finishes the task.
 func TestCrashedWorkerIsPreempted(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)
 	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", PingInterval: 100 * time.Millisecond, WorkerTimeout: 700 * time.Millisecond}, nil); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crashWorkerEnv+"="+coll.Name(), "MONGODB_URI="+testmongo.URI())
+	cmd.Env = append(os.Environ(), crashWorkerEnv+"="+coll.Name(), "MONGODB_URI="+mschedulertest.URI())
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -289,11 +289,11 @@ func TestCrashedWorkerIsPreempted(t *testing.T) {
 	}
 	_ = cmd.Wait()
 
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	cfg := fastConfig("rescuer", ev)
 	cfg.SweepInterval = 100 * time.Millisecond
 	startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) { return 1, nil }, cfg)
-	ev.waitCount(t, mscheduler.EventSucceeded, 1)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
 	st := readTask(t, coll, "k")
 	if st.Status != "succeeded" || len(st.Runs) != 2 || st.FailedRuns != 1 {
 		t.Fatalf("task = %+v", st)
@@ -305,7 +305,7 @@ func TestCrashedWorkerIsPreempted(t *testing.T) {
 	if done.WorkerID != "rescuer" || done.Outcome != "succeeded" {
 		t.Fatalf("finishing run = %+v", done)
 	}
-	if n := ev.count(mscheduler.EventExpired); n != 1 {
+	if n := ev.Count(mscheduler.EventExpired); n != 1 {
 		t.Fatalf("expired events = %d, want 1", n)
 	}
 }
@@ -342,7 +342,7 @@ func waitForLeaseRenewal(t *testing.T, coll *mongo.Collection, key, worker strin
 // shape the library cannot use fails with an error naming the field (or is
 // skipped when it cannot even be claimed), and the other tasks still run.
 func TestCorruptedDocumentsDoNotStopTheWorker(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[sum](t, coll, nil)
 	keys := []string{"bad-params", "bad-type", "bad-concurrency", "bad-holders", "good1", "good2"}
 	var tasks []mscheduler.Task[sum]
@@ -356,10 +356,10 @@ func TestCorruptedDocumentsDoNotStopTheWorker(t *testing.T) {
 	setFields(t, coll, "bad-type", bson.D{{Key: "max_retries", Value: "many"}})
 	setFields(t, coll, "bad-concurrency", bson.D{{Key: "concurrency", Value: 0}})
 	setFields(t, coll, "bad-holders", bson.D{{Key: "holders", Value: "garbage"}})
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[sum]) (int, error) { return 0, nil }, fastConfig("w", ev))
-	ev.waitCount(t, mscheduler.EventSucceeded, 2)
-	ev.waitCount(t, mscheduler.EventFailed, 3)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 2)
+	ev.WaitCount(t, mscheduler.EventFailed, 3)
 	for key, field := range map[string]string{"bad-params": "params", "bad-type": "max_retries", "bad-concurrency": "concurrency"} {
 		st := readTask(t, coll, key)
 		if st.Status != "failed" || len(st.Runs) != 1 || !strings.Contains(st.Runs[0].Error, field) || st.Runs[0].Attempts > 1 {
@@ -367,7 +367,7 @@ func TestCorruptedDocumentsDoNotStopTheWorker(t *testing.T) {
 		}
 	}
 	skipped := false
-	for _, e := range ev.snapshot() {
+	for _, e := range ev.Snapshot() {
 		if e.Kind == mscheduler.EventError && e.Key == "bad-holders" {
 			skipped = true
 		}
@@ -386,20 +386,20 @@ func TestCorruptedDocumentsDoNotStopTheWorker(t *testing.T) {
 // server cannot renew its lease; when the lease lapses it cancels the handler
 // itself (another worker may take the run from then on).
 func TestPingsFailingUntilLeaseLapsesStopHandler(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)
 	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", PingInterval: 100 * time.Millisecond, WorkerTimeout: 600 * time.Millisecond}, nil); err != nil {
 		t.Fatal(err)
 	}
-	client := testmongo.NewClient(t)
-	ev := newEvents()
+	client := mschedulertest.NewClient(t)
+	ev := mschedulertest.NewEvents()
 	causes := make(chan error, 1)
-	startConsumer(t, testmongo.CollectionOf(t, client), func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+	startConsumer(t, mschedulertest.CollectionOf(t, client), func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
 		<-ctx.Done()
 		causes <- context.Cause(ctx)
 		return 0, ctx.Err()
 	}, fastConfig("cut-off", ev))
-	ev.waitCount(t, mscheduler.EventClaimed, 1)
+	ev.WaitCount(t, mscheduler.EventClaimed, 1)
 	waitForLeaseRenewal(t, coll, "k", "cut-off")
 	if err := client.Disconnect(context.Background()); err != nil {
 		t.Fatal(err)
@@ -412,14 +412,14 @@ func TestPingsFailingUntilLeaseLapsesStopHandler(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("handler was not cancelled after its lease lapsed")
 	}
-	if n := ev.count(mscheduler.EventError); n == 0 {
+	if n := ev.Count(mscheduler.EventError); n == 0 {
 		t.Fatal("no error event for the failed pings")
 	}
 }
 
 func TestDiscoveryChangeStream(t *testing.T) {
-	coll := testmongo.Collection(t)
-	ev := newEvents()
+	coll := mschedulertest.Collection(t)
+	ev := mschedulertest.NewEvents()
 	cfg := fastConfig("w", ev)
 	cfg.Discovery = mscheduler.DiscoveryChangeStream
 	cfg.ChangeStreamPollInterval = time.Hour // only the stream can wake the worker
@@ -428,7 +428,7 @@ func TestDiscoveryChangeStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !testmongo.HasChangeStreams(ctxT(t), coll) {
+	if !mschedulertest.HasChangeStreams(ctxT(t), coll) {
 		// The server has none (a standalone MongoDB, the development
 		// server): a consumer that requires one must refuse to start.
 		if err := c.Start(ctxT(t)); err == nil || !strings.Contains(err.Error(), "change stream") {
@@ -444,5 +444,5 @@ func TestDiscoveryChangeStream(t *testing.T) {
 	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "pushed"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	ev.waitCount(t, mscheduler.EventSucceeded, 1)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
 }

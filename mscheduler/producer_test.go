@@ -9,7 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
-	"github.com/mscheduler/mscheduler/mscheduler/internal/testmongo"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
 )
 
 type email struct {
@@ -18,7 +18,7 @@ type email struct {
 }
 
 func TestPublishIsIdempotentByKey(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[email](t, coll, nil)
 	ctx := ctxT(t)
 
@@ -40,12 +40,12 @@ func TestPublishIsIdempotentByKey(t *testing.T) {
 }
 
 func TestPublishStoresDefaultsAndSchema(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[email](t, coll, &mscheduler.ProducerConfig{Defaults: mscheduler.TaskDefaults{Source: "billing"}})
 	if _, err := p.Publish(ctxT(t), mscheduler.Task[email]{Key: "k", Priority: 3, Tags: []string{"mail"}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	doc := testmongo.Doc(t, coll, "k")
+	doc := mschedulertest.Doc(t, coll, "k")
 	want := map[string]any{
 		"status": "pending", "priority": int32(3), "concurrency": int32(1), "free": int32(1),
 		"ping_interval_ms": int64(10000), "worker_timeout_ms": int64(30000), "max_retries": int32(2),
@@ -62,7 +62,7 @@ func TestPublishStoresDefaultsAndSchema(t *testing.T) {
 }
 
 func TestPublishOptions(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[email](t, coll, nil)
 	ctx := ctxT(t)
 	later := time.Now().Add(time.Hour).Truncate(time.Millisecond)
@@ -118,7 +118,7 @@ func TestPublishOptions(t *testing.T) {
 }
 
 func TestPublishManyMixedKeys(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[email](t, coll, nil)
 	ctx := ctxT(t)
 	if _, err := p.PublishMany(ctx, []mscheduler.Task[email]{{Key: "a"}, {Key: "b"}}, nil); err != nil {
@@ -149,7 +149,7 @@ func TestPublishManyMixedKeys(t *testing.T) {
 }
 
 func TestPublishRefusesBadInputAndWritesNothing(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	p := newProducer[any](t, coll, nil)
 	ctx := ctxT(t)
 	cases := []struct {
@@ -190,7 +190,7 @@ func TestPublishRefusesBadInputAndWritesNothing(t *testing.T) {
 }
 
 func TestProducerConfigRefusesBadDefaults(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	_, err := mscheduler.NewProducer[any](coll, &mscheduler.ProducerConfig{Defaults: mscheduler.TaskDefaults{
 		PingInterval: time.Minute, WorkerTimeout: time.Second,
 	}})
@@ -201,7 +201,7 @@ func TestProducerConfigRefusesBadDefaults(t *testing.T) {
 }
 
 func TestEnsureIndexesIsIdempotent(t *testing.T) {
-	coll := testmongo.Collection(t)
+	coll := mschedulertest.Collection(t)
 	for i := 0; i < 3; i++ {
 		if err := mscheduler.EnsureIndexes(ctxT(t), coll); err != nil {
 			t.Fatalf("call %d: %v", i+1, err)

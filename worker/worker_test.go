@@ -2,81 +2,32 @@ package worker_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.uber.org/goleak"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
 	"github.com/mscheduler/mscheduler/worker"
-	"github.com/mscheduler/mscheduler/worker/devserver"
-)
-
-// testDatabase holds the tests' collections, one per test.
-const testDatabase = "mscheduler_worker_test"
-
-// waitTimeout bounds every wait; a passing test never waits for it.
-const waitTimeout = 2 * time.Minute
-
-var (
-	testURI    string
-	testClient *mongo.Client // the tests' own client, for producers and assertions
 )
 
 // TestMain runs the tests against MONGODB_URI, or else against a
 // development server started for this test binary.
-func TestMain(m *testing.M) { os.Exit(runTests(m)) }
+func TestMain(m *testing.M) { os.Exit(mschedulertest.Main(m)) }
 
-func runTests(m *testing.M) int {
-	var server *devserver.Server
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute) // a first build of the server takes minutes
-	defer cancel()
-	testURI = os.Getenv(worker.EnvURI)
-	if testURI == "" {
-		s, err := devserver.Start(ctx, devserver.Options{})
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "start the development server (or set %s): %v\n", worker.EnvURI, err)
-			return 1
-		}
-		defer func() { _ = s.Stop() }() // a no-op after the Stop below
-		server = s
-		testURI = s.URI()
-	}
-	var err error
-	if testClient, err = mongo.Connect(options.Client().ApplyURI(testURI)); err == nil {
-		err = testClient.Ping(ctx, nil)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "connect:", err)
-		return 1
-	}
-	code := m.Run()
-	_ = testClient.Disconnect(context.Background())
-	if server != nil {
-		_ = server.Stop()
-	}
-	if code == 0 {
-		// Every worker, consumer and client a test started must be gone.
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
-			return 1
-		}
-	}
-	return code
-}
+const (
+	testDatabase = mschedulertest.Database
+	waitTimeout  = mschedulertest.WaitTimeout
+)
 
 // quietLog discards logs unless MSCHEDULER_TEST_LOG is set.
 var quietLog = func() *slog.Logger {
@@ -86,22 +37,16 @@ var quietLog = func() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }()
 
-var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_]+`)
-
 // collectionName is a new collection name for the test, dropped at its end.
 func collectionName(t *testing.T) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	name := unsafeName.ReplaceAllString(t.Name(), "_") + "_" + hex.EncodeToString(b[:])
-	t.Cleanup(func() { _ = testClient.Database(testDatabase).Collection(name).Drop(context.Background()) })
-	return name
+	return mschedulertest.Collection(t).Name()
 }
 
 // newWorker returns a worker on the test server, closed at the end of the
 // test if Run was never called.
 func newWorker(t *testing.T, cfg worker.Config) *worker.Worker {
 	t.Helper()
-	cfg.URI = testURI
+	cfg.URI = mschedulertest.URI()
 	cfg.Database = testDatabase
 	if cfg.Logger == nil {
 		cfg.Logger = quietLog
@@ -143,57 +88,14 @@ func runWorker(t *testing.T, w *worker.Worker) (stop func() error) {
 	}
 }
 
-// events records consumer events and lets a test wait on them.
-type events struct {
-	mu     sync.Mutex
-	all    []mscheduler.Event
-	signal chan struct{}
-}
-
-func newEvents() *events { return &events{signal: make(chan struct{}, 1)} }
-
-func (e *events) record(ev mscheduler.Event) {
-	e.mu.Lock()
-	e.all = append(e.all, ev)
-	e.mu.Unlock()
-	select {
-	case e.signal <- struct{}{}:
-	default:
-	}
-}
-
-func (e *events) count(kind mscheduler.EventKind) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	n := 0
-	for _, ev := range e.all {
-		if ev.Kind == kind {
-			n++
-		}
-	}
-	return n
-}
-
-func (e *events) waitCount(t *testing.T, kind mscheduler.EventKind, n int) {
-	t.Helper()
-	deadline := time.After(waitTimeout)
-	for e.count(kind) < n {
-		select {
-		case <-e.signal:
-		case <-deadline:
-			t.Fatalf("timed out waiting for %d %s events (have %d)", n, kind, e.count(kind))
-		}
-	}
-}
-
 // fastConsumer is a consumer config with short intervals for tests.
-func fastConsumer(ev *events) *mscheduler.ConsumerConfig {
-	return &mscheduler.ConsumerConfig{PollInterval: 50 * time.Millisecond, OnEvent: ev.record}
+func fastConsumer(ev *mschedulertest.Events) *mscheduler.ConsumerConfig {
+	return &mscheduler.ConsumerConfig{PollInterval: 50 * time.Millisecond, OnEvent: ev.Record}
 }
 
 func publish[P any](t *testing.T, collection string, tasks ...mscheduler.Task[P]) {
 	t.Helper()
-	coll := testClient.Database(testDatabase).Collection(collection)
+	coll := mschedulertest.Client().Database(testDatabase).Collection(collection)
 	p, err := mscheduler.NewProducer[P](coll, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +121,7 @@ type storedTask struct {
 func readTask(t *testing.T, collection, key string) storedTask {
 	t.Helper()
 	var st storedTask
-	err := testClient.Database(testDatabase).Collection(collection).FindOne(context.Background(), bson.D{{Key: "_id", Value: key}}).Decode(&st)
+	err := mschedulertest.Client().Database(testDatabase).Collection(collection).FindOne(context.Background(), bson.D{{Key: "_id", Value: key}}).Decode(&st)
 	if err != nil {
 		t.Fatalf("read task %q: %v", key, err)
 	}
@@ -239,7 +141,7 @@ func TestRunRunsPublishedTasksAndStopsCleanly(t *testing.T) {
 	const n = 10
 	name := collectionName(t)
 	w := newWorker(t, worker.Config{WorkerID: "w1"})
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	if err := worker.Register(w, name, add, fastConsumer(ev)); err != nil {
 		t.Fatalf("Register: %v", err)
 	}
@@ -253,7 +155,7 @@ func TestRunRunsPublishedTasksAndStopsCleanly(t *testing.T) {
 		tasks = append(tasks, mscheduler.Task[sum]{Key: fmt.Sprintf("add%d", i), Params: sum{i, 100}})
 	}
 	publish(t, name, tasks...)
-	ev.waitCount(t, mscheduler.EventSucceeded, n)
+	ev.WaitCount(t, mscheduler.EventSucceeded, n)
 
 	if err := stop(); err != nil {
 		t.Fatalf("Run after cancel = %v, want nil", err)
@@ -286,7 +188,7 @@ func TestRunRunsPublishedTasksAndStopsCleanly(t *testing.T) {
 func TestShutdownTimeout(t *testing.T) {
 	name := collectionName(t)
 	w := newWorker(t, worker.Config{ShutdownTimeout: time.Second})
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	causes := make(chan error, 1)
 	handler := func(ctx context.Context, task *mscheduler.Task[string]) (string, error) {
 		if task.Params == "slow" {
@@ -306,7 +208,7 @@ func TestShutdownTimeout(t *testing.T) {
 	}
 	stop := runWorker(t, w)
 	publish(t, name, mscheduler.Task[string]{Key: "slow", Params: "slow"}, mscheduler.Task[string]{Key: "stuck", Params: "stuck"})
-	ev.waitCount(t, mscheduler.EventClaimed, 2)
+	ev.WaitCount(t, mscheduler.EventClaimed, 2)
 	began := time.Now()
 	if err := stop(); err != nil {
 		t.Fatalf("Run = %v, want nil", err)
@@ -336,12 +238,12 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 	}{
 		{"URI", worker.Config{}},
 		{"URI", worker.Config{URI: "http://localhost"}},
-		{"Database", worker.Config{URI: testURI, Database: "a.b"}},
-		{"Database", worker.Config{URI: testURI, Database: strings.Repeat("d", 64)}},
-		{"WorkerID", worker.Config{URI: testURI, WorkerID: "host.example"}},
-		{"WorkerID", worker.Config{URI: testURI, WorkerID: "$w"}},
-		{"Groups[1]", worker.Config{URI: testURI, Groups: []string{"gpu", ""}}},
-		{"ShutdownTimeout", worker.Config{URI: testURI, ShutdownTimeout: -time.Second}},
+		{"Database", worker.Config{URI: mschedulertest.URI(), Database: "a.b"}},
+		{"Database", worker.Config{URI: mschedulertest.URI(), Database: strings.Repeat("d", 64)}},
+		{"WorkerID", worker.Config{URI: mschedulertest.URI(), WorkerID: "host.example"}},
+		{"WorkerID", worker.Config{URI: mschedulertest.URI(), WorkerID: "$w"}},
+		{"Groups[1]", worker.Config{URI: mschedulertest.URI(), Groups: []string{"gpu", ""}}},
+		{"ShutdownTimeout", worker.Config{URI: mschedulertest.URI(), ShutdownTimeout: -time.Second}},
 	} {
 		w, err := worker.New(context.Background(), tc.cfg)
 		if err == nil {
@@ -360,14 +262,14 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 }
 
 func TestConfigDefaults(t *testing.T) {
-	t.Setenv(worker.EnvURI, testURI)
+	t.Setenv(worker.EnvURI, mschedulertest.URI())
 	t.Setenv(worker.EnvDatabase, "mscheduler_worker_env")
 	w, err := worker.New(context.Background(), worker.Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if w.URI() != testURI || w.Database().Name() != "mscheduler_worker_env" {
+	if w.URI() != mschedulertest.URI() || w.Database().Name() != "mscheduler_worker_env" {
 		t.Fatalf("URI %q, database %q: not from the environment", w.URI(), w.Database().Name())
 	}
 	host, _ := os.Hostname()
@@ -429,7 +331,7 @@ func TestRegisterErrors(t *testing.T) {
 func TestConsumerConfigIsFilled(t *testing.T) {
 	name := collectionName(t)
 	w := newWorker(t, worker.Config{WorkerID: "gpu-box", Groups: []string{"gpu"}})
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	cfg := fastConsumer(ev)
 	if err := worker.Register(w, name, add, cfg); err != nil {
 		t.Fatal(err)
@@ -439,7 +341,7 @@ func TestConsumerConfigIsFilled(t *testing.T) {
 	}
 	stop := runWorker(t, w)
 	publish(t, name, mscheduler.Task[sum]{Key: "g", Group: "gpu"})
-	ev.waitCount(t, mscheduler.EventSucceeded, 1)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -451,9 +353,6 @@ func TestConsumerConfigIsFilled(t *testing.T) {
 // TestDevServerOption: with no URI and DevServer set, New starts the
 // development server and Run stops it when it returns.
 func TestDevServerOption(t *testing.T) {
-	if os.Getenv(worker.EnvURI) != "" {
-		t.Skip("MONGODB_URI is set")
-	}
 	t.Setenv(worker.EnvURI, "")
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
@@ -462,10 +361,10 @@ func TestDevServerOption(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if w.URI() == "" || w.URI() == testURI {
+	if w.URI() == "" || w.URI() == mschedulertest.URI() {
 		t.Fatalf("URI = %q, want a server of its own", w.URI())
 	}
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	if err := worker.Register(w, "dev", add, fastConsumer(ev)); err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +388,7 @@ func TestDevServerOption(t *testing.T) {
 func TestTwoWorkersShareACollection(t *testing.T) {
 	const n = 20
 	name := collectionName(t)
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	var stops []func() error
 	for _, id := range []string{"a", "b"} {
 		w := newWorker(t, worker.Config{WorkerID: id})
@@ -508,13 +407,13 @@ func TestTwoWorkersShareACollection(t *testing.T) {
 		tasks = append(tasks, mscheduler.Task[sum]{Key: fmt.Sprintf("t%d", i)})
 	}
 	publish(t, name, tasks...)
-	ev.waitCount(t, mscheduler.EventSucceeded, n)
+	ev.WaitCount(t, mscheduler.EventSucceeded, n)
 	for _, stop := range stops {
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if c := ev.count(mscheduler.EventClaimed); c != n {
+	if c := ev.Count(mscheduler.EventClaimed); c != n {
 		t.Fatalf("%d claims, want %d", c, n)
 	}
 }
@@ -523,14 +422,14 @@ func TestTwoWorkersShareACollection(t *testing.T) {
 func TestSkipIndexes(t *testing.T) {
 	name := collectionName(t)
 	w := newWorker(t, worker.Config{SkipIndexes: true})
-	if err := worker.Register(w, name, add, fastConsumer(newEvents())); err != nil {
+	if err := worker.Register(w, name, add, fastConsumer(mschedulertest.NewEvents())); err != nil {
 		t.Fatal(err)
 	}
 	stop := runWorker(t, w)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	specs, err := testClient.Database(testDatabase).Collection(name).Indexes().ListSpecifications(context.Background())
+	specs, err := mschedulertest.Client().Database(testDatabase).Collection(name).Indexes().ListSpecifications(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

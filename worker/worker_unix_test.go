@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
 	"github.com/mscheduler/mscheduler/worker"
 )
 
@@ -17,7 +18,7 @@ import (
 func TestSIGTERMStopsRun(t *testing.T) {
 	name := collectionName(t)
 	w := newWorker(t, worker.Config{})
-	ev := newEvents()
+	ev := mschedulertest.NewEvents()
 	if err := worker.Register(w, name, add, fastConsumer(ev)); err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +30,7 @@ func TestSIGTERMStopsRun(t *testing.T) {
 		t.Fatalf("Run returned early: %v", err)
 	}
 	publish(t, name, mscheduler.Task[sum]{Key: "k"})
-	ev.waitCount(t, mscheduler.EventSucceeded, 1)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

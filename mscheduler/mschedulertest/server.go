@@ -1,7 +1,9 @@
-// Package testmongo gives tests a MongoDB server: the one named by
-// MONGODB_URI, or else the development server, started once per test
-// binary. Each test gets a collection of its own.
-package testmongo
+// Package mschedulertest helps test code that uses mscheduler against a real
+// server: the one named by MONGODB_URI, or else the development server
+// (worker/devserver, from a checkout of the repository), started once per
+// test binary. Each test gets a collection of its own, and [Events] lets a
+// test wait for consumer events instead of sleeping.
+package mschedulertest
 
 import (
 	"context"
@@ -36,10 +38,11 @@ var (
 )
 
 // Main runs the tests of a package against the server: call it from
-// TestMain as os.Exit(testmongo.Main(m)).
+// TestMain as os.Exit(mschedulertest.Main(m)). After a passing run it fails
+// the binary if goroutines were left behind.
 func Main(m *testing.M) int {
 	if err := setup(); err != nil {
-		fmt.Fprintln(os.Stderr, "testmongo:", err)
+		fmt.Fprintln(os.Stderr, "mschedulertest:", err)
 		return 1
 	}
 	code := m.Run()
@@ -50,7 +53,7 @@ func Main(m *testing.M) int {
 	if code == 0 {
 		// Every consumer, client and handler a test started must be gone.
 		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "testmongo: goroutines left behind:", err)
+			fmt.Fprintln(os.Stderr, "mschedulertest: goroutines left behind:", err)
 			return 1
 		}
 	}
