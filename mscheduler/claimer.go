@@ -48,11 +48,10 @@ func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
 
 // claimState belongs to the claim loop goroutine alone.
 type claimState struct {
-	due       dueHeap  // server times when something may become claimable or expire
-	poisoned  []string // keys whose claim fails on the server
-	pollAt    time.Time
-	sweepAt   time.Time
-	lastError time.Time
+	due      dueHeap  // server times when something may become claimable or expire
+	poisoned []string // keys whose claim fails on the server
+	pollAt   time.Time
+	sweepAt  time.Time
 }
 
 func (c *Consumer[P, R]) pollInterval() time.Duration {

@@ -191,7 +191,6 @@ type Consumer[P, R any] struct {
 	workCtx     context.Context
 	workCancel  context.CancelCauseFunc
 	loops       sync.WaitGroup // claim loop, watcher, pinger
-	runs        sync.WaitGroup // run goroutines
 
 	lifeMu   sync.Mutex // guards started and stopped
 	started  bool
