@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/google/uuid"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -37,12 +38,7 @@ func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
 		case <-c.wakeCh:
 		case <-timer.C:
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
+		// Since Go 1.23 Reset leaves no stale tick behind, so no drain.
 	}
 }
 
@@ -228,7 +224,7 @@ func (c *Consumer[P, R]) loopError(ctx context.Context, err error) {
 	c.emit(Event{Kind: EventError, Err: err})
 }
 
-func newRunID() string { return uuidString() }
+func newRunID() string { return uuid.NewString() }
 
 // dueHeap is a min-heap of server times at which the claim loop should look
 // again: a future run_at, or a lease that may lapse. Duplicates are harmless

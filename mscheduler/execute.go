@@ -7,11 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"time"
-
-	"github.com/google/uuid"
 )
-
-func uuidString() string { return uuid.NewString() }
 
 // startRun starts the goroutine that executes a claimed run. The claim loop
 // has already taken the run's slot; the goroutine gives it back.

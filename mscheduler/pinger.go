@@ -116,27 +116,20 @@ func (p *pinger) loop(ctx context.Context) {
 }
 
 // pingDue pings every run whose time has come and returns when the next
-// ping is due.
+// ping is due (read after the pings, which may change a run's interval).
 func (p *pinger) pingDue(ctx context.Context) time.Time {
 	now := p.clock.Now()
-	next := now.Add(time.Second)
 	var g errgroup.Group
 	g.SetLimit(pingParallelism)
 	for _, r := range p.snapshot() {
 		if r.nextPing.After(now) {
-			if r.nextPing.Before(next) {
-				next = r.nextPing
-			}
 			continue
 		}
 		r.nextPing = now.Add(r.pingInterval)
-		if r.nextPing.Before(next) {
-			next = r.nextPing
-		}
 		g.Go(func() error { p.ping(ctx, r); return nil })
 	}
 	_ = g.Wait()
-	// A ping that returned a new interval may be due sooner.
+	next := now.Add(time.Minute) // with no run, only a kick matters
 	for _, r := range p.snapshot() {
 		if r.nextPing.Before(next) {
 			next = r.nextPing
