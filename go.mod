@@ -11,6 +11,7 @@ require (
 
 require (
 	github.com/klauspost/compress v1.19.2 // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
 	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
 	github.com/xdg-go/scram v1.2.0 // indirect
 	github.com/xdg-go/stringprep v1.0.4 // indirect
