@@ -100,6 +100,10 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 			}
 			return
 		}
+		if !c.planGate(doc) {
+			c.slots.Release(1)
+			continue
+		}
 		c.startRun(doc)
 	}
 	// The pass ended on its bound with tasks perhaps left: come back at once.

@@ -84,6 +84,8 @@ type taskDoc struct {
 	Description     string            `bson:"description,omitempty"`
 	Source          string            `bson:"source,omitempty"`
 	Tags            []string          `bson:"tags,omitempty"`
+	Plan            *planDoc          `bson:"plan,omitempty"`
+	Paused          bool              `bson:"paused,omitempty"`
 
 	// corrupt is why a claimed document could not be decoded; not stored.
 	corrupt error `bson:"-"`
@@ -109,6 +111,7 @@ type runRecord struct {
 	Attempts   int           `bson:"attempts"`
 	Error      string        `bson:"error,omitempty"`
 	Result     bson.RawValue `bson:"result,omitempty"`
+	Planned    *time.Time    `bson:"planned,omitempty"` // of a planned task
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }

@@ -22,6 +22,10 @@ const (
 	// EventLeaseLost: a run was taken away from this worker; its handler was
 	// cancelled and nothing more was written about it.
 	EventLeaseLost EventKind = "lease_lost"
+	// EventSkipped: planned times of a task were skipped at the start of an
+	// occurrence (Event.Skipped says how many), under its plan's missed-run
+	// policy or pending skips.
+	EventSkipped EventKind = "skipped"
 	// EventError: a background operation failed (a claim, a ping, a write);
 	// the consumer keeps going.
 	EventError EventKind = "error"
@@ -35,5 +39,6 @@ type Event struct {
 	WorkerID string // the worker the run belongs to
 	Attempt  int    // local attempts made, for run events
 	Err      error  // the handler's or the operation's error, if any
+	Skipped  int    // planned times skipped, for EventSkipped
 	At       time.Time
 }

@@ -83,7 +83,7 @@ func (c *Consumer[P, R]) newRunEnd(r *activeRun, attempts int) *runEnd {
 		fence:    fence(r.key, c.cfg.WorkerID, r.runID),
 		record: runRecord{
 			RunID: r.runID, WorkerID: c.cfg.WorkerID, Started: r.started,
-			LeaseUntil: r.lease(), Finished: now, Attempts: attempts,
+			LeaseUntil: r.lease(), Finished: now, Attempts: attempts, Planned: doc.planned(),
 		},
 		distinct:      doc.DistinctWorkers,
 		maxFailedRuns: doc.MaxFailedRuns,
@@ -91,6 +91,7 @@ func (c *Consumer[P, R]) newRunEnd(r *activeRun, attempts int) *runEnd {
 		now:           now,
 		runsKept:      c.cfg.RunsKept,
 		seen:          taskState{Status: doc.Status, Running: doc.Running, Free: doc.Free, FailedRuns: doc.FailedRuns},
+		advance:       newPlanAdvance(doc, r.started, now),
 	}
 }
 
@@ -184,7 +185,7 @@ func decodeTask[P any](doc *taskDoc, r *activeRun) (*Task[P], error) {
 		Source:          doc.Source,
 		Tags:            doc.Tags,
 		Run: &Run{
-			ID: r.runID, WorkerID: doc.holderWorker(r.runID), StartedAt: r.started,
+			ID: r.runID, WorkerID: doc.holderWorker(r.runID), StartedAt: r.started, PlannedAt: ptrTime(doc.planned()),
 			Status: doc.Status, Succeeded: doc.Succeeded, FailedRuns: doc.FailedRuns,
 		},
 	}
@@ -193,6 +194,16 @@ func decodeTask[P any](doc *taskDoc, r *activeRun) (*Task[P], error) {
 	}
 	if err := doc.validate(); err != nil {
 		return nil, err
+	}
+	if doc.Plan != nil {
+		p, err := doc.Plan.plan()
+		if err == nil {
+			_, err = doc.Plan.schedule()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("task %q: %w", doc.Key, err)
+		}
+		t.Plan = &p
 	}
 	if err := doc.Params.Unmarshal(&t.Params); err != nil {
 		return nil, fmt.Errorf("task %q: field %s cannot be decoded into %T: %w", doc.Key, fParams, t.Params, err)
@@ -245,4 +256,21 @@ func (c *Consumer[P, R]) releaseAbandoned() {
 		end.record.Error = fmt.Sprintf("handler did not return within %s of shutdown; abandoned", c.cfg.ReleaseTimeout)
 		c.writeEnd(r, end)
 	}
+}
+
+// planned is the planned time of the task's current occurrence, nil for a
+// task without a plan.
+func (d *taskDoc) planned() *time.Time {
+	if d.Plan == nil {
+		return nil
+	}
+	t := d.Plan.Planned
+	return &t
+}
+
+func ptrTime(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
 }

@@ -114,7 +114,7 @@ func newTaskDoc[P any](t *Task[P], d TaskDefaults, now time.Time, prefix string)
 	if runAt.IsZero() {
 		runAt = now
 	}
-	return &taskDoc{
+	doc := &taskDoc{
 		ID:              t.Key,
 		Key:             t.Key,
 		Schema:          SchemaVersion,
@@ -137,7 +137,13 @@ func newTaskDoc[P any](t *Task[P], d TaskDefaults, now time.Time, prefix string)
 		Description:     t.Description,
 		Source:          cmp.Or(t.Source, d.Source),
 		Tags:            t.Tags,
-	}, nil
+	}
+	if t.Plan != nil {
+		if err := applyPlan(doc, *t.Plan, t.RunAt, now, prefix); err != nil {
+			return nil, err
+		}
+	}
+	return doc, nil
 }
 
 func validateKey(key, field string) error {

@@ -75,9 +75,10 @@ type PublishOpts struct {
 	// SkipRunning leaves a task that has a run going untouched by
 	// UpdateParams and MoveRunAt.
 	SkipRunning bool
-	// ResetFinished makes a succeeded or failed task with no run going
-	// pending again, with the published params and options, so that it runs
-	// again. Its run history is kept.
+	// ResetFinished makes a succeeded, failed or finished task with no run
+	// going pending again, with the published params, options and plan (a
+	// plan starts over from the publish time), so that it runs again. Its
+	// run history is kept.
 	ResetFinished bool
 }
 
@@ -192,7 +193,7 @@ func (p *Producer[P]) findResettable(ctx context.Context, docs []*taskDoc) (map[
 	}
 	cur, err := p.coll.Find(ctx, bson.D{
 		{Key: fID, Value: bson.D{{Key: "$in", Value: keys}}},
-		{Key: fStatus, Value: bson.D{{Key: "$in", Value: bson.A{StatusSucceeded, StatusFailed}}}},
+		{Key: fStatus, Value: op("$in", finishedStatuses)},
 		{Key: fRunning, Value: 0},
 	}, options.Find().SetProjection(bson.D{{Key: fKey, Value: 1}}))
 	if err != nil {
@@ -312,7 +313,7 @@ func upsertModel(d *taskDoc, opts *PublishOpts) mongo.WriteModel {
 func resetModel(d *taskDoc) mongo.WriteModel {
 	filter := bson.D{
 		{Key: fID, Value: d.Key},
-		{Key: fStatus, Value: bson.D{{Key: "$in", Value: bson.A{StatusSucceeded, StatusFailed}}}},
+		{Key: fStatus, Value: op("$in", finishedStatuses)},
 		{Key: fRunning, Value: 0},
 	}
 	set := insertFields(d, bson.D{{Key: fID}, {Key: fKey}, {Key: fCreatedAt}, {Key: fRev}})

@@ -14,9 +14,13 @@ func op(name string, v any) bson.D { return bson.D{{Key: name, Value: v}} }
 // claimableStatuses are the statuses of tasks that may have a free slot.
 var claimableStatuses = bson.A{StatusPending, StatusRunning}
 
+// finishedStatuses are the statuses of tasks that run no more.
+var finishedStatuses = bson.A{StatusSucceeded, StatusFailed, StatusFinished}
+
 // eligibleFilter selects the tasks that workerID may claim a slot of, at any
 // time: capacity left, not already held by this worker, not done by it when
-// the task wants distinct workers, and allowed by worker ids and group.
+// the task wants distinct workers, not paused, and allowed by worker ids
+// and group.
 func eligibleFilter(workerID string, groups []string, exclude []string) bson.D {
 	groupClause := bson.A{op(fGroup, op("$exists", false))}
 	if len(groups) > 0 {
@@ -27,6 +31,7 @@ func eligibleFilter(workerID string, groups []string, exclude []string) bson.D {
 		{Key: fFree, Value: op("$gt", 0)},
 		{Key: holderPath(workerID), Value: op("$exists", false)},
 		{Key: fDoneBy, Value: op("$ne", workerID)},
+		{Key: fPaused, Value: op("$ne", true)},
 		{Key: "$and", Value: bson.A{
 			op("$or", bson.A{
 				op(fWorkerIDs, op("$exists", false)),

@@ -37,6 +37,11 @@ type runEnd struct {
 	// case to try alone first, which saves the server from evaluating every
 	// case when nothing moved since the read.
 	seen taskState
+
+	// advance is set for a task with a plan: a run end that completes the
+	// occurrence moves the task to its next planned time instead of
+	// finishing it.
+	advance *planAdvance
 }
 
 // taskState is the part of a task that decides how a run end changes it.
@@ -67,9 +72,43 @@ type endCase struct {
 	lastHolder  bool
 	description string
 	likely      bool // the seen state falls in this case
+	advance     bool // the occurrence is complete: move to the next planned time
 }
 
 func (e *runEnd) cases() []endCase {
+	cases := e.plainCases()
+	if e.advance == nil {
+		return cases
+	}
+	// With a plan, an occurrence that completes with the last run moves the
+	// task on. One that completes while other runs of it are going is
+	// marked succeeded or failed as a plain task is, and the last of those
+	// runs moves it on when it ends.
+	completed := bson.E{Key: fStatus, Value: op("$in", bson.A{StatusSucceeded, StatusFailed})}
+	neither := bson.E{Key: fStatus, Value: op("$nin", bson.A{StatusRunning, StatusSucceeded, StatusFailed})}
+	wasCompleted := e.seen.Status == StatusSucceeded || e.seen.Status == StatusFailed
+	out := make([]endCase, 0, len(cases)+1)
+	for _, c := range cases {
+		switch {
+		case c.description == caseNotRunning:
+			out = append(out,
+				endCase{filter: bson.D{c.filter[0], completed}, lastHolder: true, advance: true,
+					description: "occurrence completed, last run ended", likely: c.likely && wasCompleted},
+				endCase{filter: bson.D{c.filter[0], neither}, lastHolder: true,
+					description: caseNotRunning, likely: c.likely && !wasCompleted})
+		case c.lastHolder && (c.status == StatusSucceeded || c.status == StatusFailed):
+			c.advance = true
+			out = append(out, c)
+		default:
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+const caseNotRunning = "task no longer running"
+
+func (e *runEnd) plainCases() []endCase {
 	d := e.freeDelta()
 	m := e.maxFailedRuns
 	last := bson.E{Key: fRunning, Value: 1}
@@ -87,7 +126,7 @@ func (e *runEnd) cases() []endCase {
 	isSatisfied, isExhausted := s.Free <= -d, s.FailedRuns >= m-1
 
 	cases := []endCase{
-		{filter: bson.D{last, notRunning}, lastHolder: true, description: "task no longer running",
+		{filter: bson.D{last, notRunning}, lastHolder: true, description: caseNotRunning,
 			likely: isLast && !isRunning},
 		{filter: bson.D{last, running, satisfied}, status: StatusSucceeded, lastHolder: true, description: "enough successes",
 			likely: isLast && isRunning && isSatisfied},
@@ -122,7 +161,11 @@ func (e *runEnd) models() []mongo.WriteModel {
 }
 
 func (e *runEnd) filter(c endCase) bson.D {
-	return append(append(bson.D{}, e.fence...), c.filter...)
+	f := append(append(bson.D{}, e.fence...), c.filter...)
+	if c.advance {
+		f = append(f, e.advance.fence()...)
+	}
+	return f
 }
 
 // tryLikely writes the likely case alone and reports whether it matched.
@@ -141,6 +184,9 @@ func (e *runEnd) tryLikely(ctx context.Context, coll *mongo.Collection) (bool, e
 }
 
 func (e *runEnd) update(c endCase) bson.D {
+	if c.advance && !e.advance.step.Done {
+		return e.advanceUpdate()
+	}
 	unset := bson.D{{Key: holderPath(e.workerID), Value: ""}}
 	if c.lastHolder {
 		unset = append(unset, bson.E{Key: fNextExpiry, Value: ""})
@@ -163,6 +209,11 @@ func (e *runEnd) update(c endCase) bson.D {
 		push = append(push, bson.E{Key: fDoneBy, Value: e.workerID})
 	}
 	set := bson.D{{Key: fUpdatedAt, Value: e.now}}
+	if c.advance { // the plan is done
+		c.status = StatusFinished
+		inc = append(inc, bson.E{Key: pRuns, Value: 1}, bson.E{Key: pSkipped, Value: e.advance.step.Skipped})
+		set = append(set, bson.E{Key: pSkipNext, Value: 0})
+	}
 	if c.status != "" {
 		set = append(set, bson.E{Key: fStatus, Value: c.status})
 	}
@@ -172,7 +223,7 @@ func (e *runEnd) update(c endCase) bson.D {
 		{Key: "$push", Value: push},
 		{Key: "$set", Value: set},
 	}
-	if e.counted() && !e.retryAt.IsZero() {
+	if e.counted() && !e.retryAt.IsZero() && !c.advance {
 		update = append(update, bson.E{Key: "$max", Value: bson.D{{Key: fRunAt, Value: e.retryAt}}})
 	}
 	return update
@@ -222,8 +273,13 @@ func (e *runEnd) reread(ctx context.Context, coll *mongo.Collection) (bool, erro
 	var doc struct {
 		MaxFailedRuns int       `bson:"max_failed_runs"`
 		State         taskState `bson:",inline"`
+		Concurrency   int       `bson:"concurrency"`
+		SkipNext      struct {
+			N int `bson:"skip_next"`
+		} `bson:"plan"`
 	}
-	proj := bson.D{{Key: fMaxFailedRuns, Value: 1}, {Key: fStatus, Value: 1}, {Key: fRunning, Value: 1}, {Key: fFree, Value: 1}, {Key: fFailedRuns, Value: 1}}
+	proj := bson.D{{Key: fMaxFailedRuns, Value: 1}, {Key: fStatus, Value: 1}, {Key: fRunning, Value: 1}, {Key: fFree, Value: 1}, {Key: fFailedRuns, Value: 1},
+		{Key: fConcurrency, Value: 1}, {Key: pSkipNext, Value: 1}}
 	err := coll.FindOne(ctx, e.fence, options.FindOne().SetProjection(proj)).Decode(&doc)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return false, nil
@@ -232,6 +288,9 @@ func (e *runEnd) reread(ctx context.Context, coll *mongo.Collection) (bool, erro
 		return false, fmt.Errorf("mscheduler: read task %q: %w", e.key, err)
 	}
 	e.maxFailedRuns, e.seen = doc.MaxFailedRuns, doc.State
+	if e.advance != nil {
+		e.advance.refresh(doc.Concurrency, doc.SkipNext.N)
+	}
 	return true, nil
 }
 

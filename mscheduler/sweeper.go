@@ -43,6 +43,8 @@ type sweptTask struct {
 	MaxFailedRuns int               `bson:"max_failed_runs"`
 	NextExpiry    time.Time         `bson:"next_expiry"`
 	Holders       map[string]holder `bson:"holders"`
+	Concurrency   int               `bson:"concurrency"`
+	Plan          *planDoc          `bson:"plan"`
 }
 
 // sweep reads, with one query, the tasks whose next_expiry falls before
@@ -55,7 +57,7 @@ func (c *Consumer[P, R]) sweep(ctx context.Context, now, horizon time.Time) (tim
 		SetProjection(bson.D{
 			{Key: fKey, Value: 1}, {Key: fRev, Value: 1}, {Key: fMaxFailedRuns, Value: 1}, {Key: fHolders, Value: 1},
 			{Key: fNextExpiry, Value: 1}, {Key: fStatus, Value: 1}, {Key: fRunning, Value: 1}, {Key: fFree, Value: 1},
-			{Key: fFailedRuns, Value: 1},
+			{Key: fFailedRuns, Value: 1}, {Key: fConcurrency, Value: 1}, {Key: fPlan, Value: 1},
 		})
 	cur, err := c.coll.Find(ctx, bson.D{{Key: fNextExpiry, Value: op("$lte", horizon)}}, opts)
 	if err != nil {
@@ -112,13 +114,14 @@ func (c *Consumer[P, R]) expire(ctx context.Context, t sweptTask, workerID strin
 		fence:    expiredFence(t.Key, workerID, h.Run, now),
 		record: runRecord{
 			RunID: h.Run, WorkerID: workerID, Started: h.Started, LeaseUntil: h.LeaseUntil,
-			Finished: now, Outcome: OutcomeExpired,
+			Finished: now, Outcome: OutcomeExpired, Planned: (&taskDoc{Plan: t.Plan}).planned(),
 			Error: fmt.Sprintf("lease expired at %s: worker stopped pinging", h.LeaseUntil.UTC().Format(time.RFC3339Nano)),
 		},
 		maxFailedRuns: t.MaxFailedRuns,
 		seen:          t.State,
 		now:           now,
 		runsKept:      c.cfg.RunsKept,
+		advance:       newPlanAdvance(&taskDoc{Plan: t.Plan, Concurrency: t.Concurrency}, h.Started, now),
 	}
 	err := end.write(ctx, c.coll)
 	switch {

@@ -16,6 +16,8 @@ const (
 	StatusSucceeded Status = "succeeded"
 	// StatusFailed: the task's failed runs reached its MaxFailedRuns.
 	StatusFailed Status = "failed"
+	// StatusFinished: the task's plan has no planned time left.
+	StatusFinished Status = "finished"
 )
 
 // Outcome is how one run ended, stored in the run records of a task.
@@ -113,6 +115,12 @@ type Task[P any] struct {
 	// Tags are free labels for filtering.
 	Tags []string
 
+	// Plan, when set, makes the task recurring: each planned time is an
+	// occurrence that completes like a plain task (Concurrency successes, or
+	// MaxFailedRuns failed runs), after which the task moves to the next
+	// planned time. RunAt must be zero: the plan sets it.
+	Plan *Plan
+
 	// Run describes the run a handler executes; nil when publishing.
 	Run *Run
 }
@@ -127,6 +135,9 @@ type Run struct {
 	Attempt int
 	// StartedAt is when the run was claimed, in server time.
 	StartedAt time.Time
+	// PlannedAt is the planned time of the occurrence the run belongs to,
+	// for a task with a plan; zero otherwise.
+	PlannedAt time.Time
 	// Status, Succeeded and FailedRuns are the task's state right after the
 	// claim.
 	Status     Status

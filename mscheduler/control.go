@@ -1,0 +1,118 @@
+package mscheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Pause stops new runs of the task; runs going on finish. The planned times
+// of a paused task's plan keep passing: they are counted as skipped when it
+// resumes. It returns [ErrNotFound] if no task has the key.
+func (p *Producer[P]) Pause(ctx context.Context, key string) error {
+	res, err := p.coll.UpdateOne(ctx, bson.D{{Key: fID, Value: key}}, bson.D{
+		{Key: "$set", Value: bson.D{{Key: fPaused, Value: true}, {Key: fUpdatedAt, Value: p.clock.Now()}}},
+		{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}},
+	})
+	if err != nil {
+		return fmt.Errorf("mscheduler: pause %q: %w", key, err)
+	}
+	if res.MatchedCount == 0 {
+		return fmt.Errorf("mscheduler: pause %q: %w", key, ErrNotFound)
+	}
+	return nil
+}
+
+// resumeTries bounds how often Resume reads again after a concurrent write.
+const resumeTries = 5
+
+// Resume lets a paused task run again. A task with a plan continues from
+// its first planned time after now; the planned times that passed while it
+// was paused are counted as skipped (if none is left, the plan finishes).
+// It returns [ErrNotFound] if no task has the key.
+func (p *Producer[P]) Resume(ctx context.Context, key string) error {
+	if err := p.clock.ensure(ctx, p.coll.Database()); err != nil {
+		return err
+	}
+	for try := 0; try < resumeTries; try++ {
+		var doc taskDoc
+		err := p.coll.FindOne(ctx, bson.D{{Key: fID, Value: key}}, options.FindOne().SetProjection(bson.D{{Key: fRuns, Value: 0}, {Key: fParams, Value: 0}})).Decode(&doc)
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return fmt.Errorf("mscheduler: resume %q: %w", key, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("mscheduler: resume %q: %w", key, err)
+		}
+		update, err := resumeUpdate(&doc, p.clock.Now())
+		if err != nil {
+			return fmt.Errorf("mscheduler: resume %q: %w", key, err)
+		}
+		res, err := p.coll.UpdateOne(ctx, bson.D{{Key: fID, Value: key}, {Key: fRev, Value: doc.Rev}}, update)
+		if err != nil {
+			return fmt.Errorf("mscheduler: resume %q: %w", key, err)
+		}
+		if res.MatchedCount > 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("mscheduler: resume %q: the task kept changing; try again", key)
+}
+
+// resumeUpdate unpauses the task and, for a plan whose current planned time
+// passed while no run of it was going, skips to the first one after now.
+func resumeUpdate(doc *taskDoc, now time.Time) (bson.D, error) {
+	set := bson.D{{Key: fUpdatedAt, Value: now}}
+	inc := bson.D{{Key: fRev, Value: 1}}
+	if pl := doc.Plan; pl != nil && doc.Running == 0 && doc.Status == StatusPending && !pl.Planned.After(now) {
+		s, err := pl.schedule()
+		if err != nil {
+			return nil, err
+		}
+		next := s.after(now)
+		if next.IsZero() {
+			set = append(set, bson.E{Key: fStatus, Value: StatusFinished}, bson.E{Key: fFree, Value: 0})
+			inc = append(inc, bson.E{Key: pSkipped, Value: s.count(pl.Planned, s.beyond())})
+		} else {
+			set = append(set, bson.E{Key: fRunAt, Value: next}, bson.E{Key: pPlanned, Value: next})
+			inc = append(inc, bson.E{Key: pSkipped, Value: s.count(pl.Planned, next)})
+		}
+	}
+	return bson.D{
+		{Key: "$unset", Value: bson.D{{Key: fPaused, Value: ""}}},
+		{Key: "$set", Value: set},
+		{Key: "$inc", Value: inc},
+	}, nil
+}
+
+// SkipNext makes the task's plan skip its next n planned times (replacing
+// any earlier count; 0 cancels). They are counted as skipped. It returns
+// [ErrNotFound] if no task has the key, and an *InvalidError if the task
+// has no plan.
+func (p *Producer[P]) SkipNext(ctx context.Context, key string, n int) error {
+	if n < 0 {
+		return invalid("n", "must not be negative, got %d", n)
+	}
+	res, err := p.coll.UpdateOne(ctx, bson.D{{Key: fID, Value: key}, {Key: fPlan, Value: op("$exists", true)}}, bson.D{
+		{Key: "$set", Value: bson.D{{Key: pSkipNext, Value: n}, {Key: fUpdatedAt, Value: p.clock.Now()}}},
+		{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}},
+	})
+	if err != nil {
+		return fmt.Errorf("mscheduler: skip runs of %q: %w", key, err)
+	}
+	if res.MatchedCount > 0 {
+		return nil
+	}
+	n64, err := p.coll.CountDocuments(ctx, bson.D{{Key: fID, Value: key}})
+	switch {
+	case err != nil:
+		return fmt.Errorf("mscheduler: skip runs of %q: %w", key, err)
+	case n64 == 0:
+		return fmt.Errorf("mscheduler: skip runs of %q: %w", key, ErrNotFound)
+	}
+	return invalid("key", "task %q has no plan", key)
+}

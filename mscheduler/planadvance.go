@@ -1,0 +1,85 @@
+package mscheduler
+
+import (
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// planAdvance is how a run end that completes an occurrence moves its task
+// to the next planned time. The write is fenced on the occurrence's planned
+// time, so two run ends can never both schedule from it, and on the plan
+// state the step was computed from.
+type planAdvance struct {
+	sched       *schedule
+	planned     time.Time // the occurrence the run belongs to
+	runs        int       // runs before this occurrence
+	skipNext    int
+	concurrency int
+	started     time.Time // the run's start: later planned times overran it
+	now         time.Time
+	step        Step
+}
+
+// newPlanAdvance prepares the advance of a task with a plan, or returns nil
+// for a task without one or with a plan that no longer compiles (edited by
+// hand: its runs fail, naming the field, and the task ends as a plain one).
+func newPlanAdvance(doc *taskDoc, started, now time.Time) *planAdvance {
+	if doc.Plan == nil {
+		return nil
+	}
+	s, err := doc.Plan.schedule()
+	if err != nil {
+		return nil
+	}
+	a := &planAdvance{sched: s, planned: doc.Plan.Planned, runs: doc.Plan.Runs, started: started, now: now}
+	a.refresh(doc.Concurrency, doc.Plan.SkipNext)
+	return a
+}
+
+// refresh recomputes the step from options read again.
+func (a *planAdvance) refresh(concurrency, skipNext int) {
+	a.concurrency, a.skipNext = concurrency, skipNext
+	a.step = a.sched.next(PlanState{Last: a.planned, Runs: a.runs + 1, Started: a.started, SkipNext: skipNext}, a.now)
+}
+
+func (a *planAdvance) fence() bson.D {
+	return bson.D{
+		{Key: pPlanned, Value: a.planned},
+		skipNextFence(a.skipNext),
+		{Key: fConcurrency, Value: a.concurrency},
+	}
+}
+
+// advanceUpdate ends the run and starts the next occurrence: the counters
+// of a fresh task, run_at at the next planned time.
+func (e *runEnd) advanceUpdate() bson.D {
+	a := e.advance
+	return bson.D{
+		{Key: "$unset", Value: bson.D{{Key: holderPath(e.workerID), Value: ""}, {Key: fNextExpiry, Value: ""}, {Key: fDoneBy, Value: ""}}},
+		{Key: "$inc", Value: bson.D{{Key: fRunning, Value: -1}, {Key: fRev, Value: 1}, {Key: pRuns, Value: 1}, {Key: pSkipped, Value: a.step.Skipped}}},
+		{Key: "$push", Value: bson.D{{Key: fRuns, Value: bson.D{
+			{Key: "$each", Value: bson.A{e.record}},
+			{Key: "$slice", Value: -e.runsKept},
+		}}}},
+		{Key: "$set", Value: bson.D{
+			{Key: fStatus, Value: StatusPending},
+			{Key: fRunAt, Value: a.step.Next},
+			{Key: pPlanned, Value: a.step.Next},
+			{Key: pSkipNext, Value: 0},
+			{Key: fFree, Value: a.concurrency},
+			{Key: fSucceeded, Value: 0},
+			{Key: fFailedRuns, Value: 0},
+			{Key: fUpdatedAt, Value: e.now},
+		}},
+	}
+}
+
+// skipNextFence matches a plan's skip_next of n; 0 also matches a plan
+// edited by hand without the field.
+func skipNextFence(n int) bson.E {
+	if n == 0 {
+		return bson.E{Key: pSkipNext, Value: op("$in", bson.A{0, nil})}
+	}
+	return bson.E{Key: pSkipNext, Value: n}
+}
