@@ -78,7 +78,7 @@ func resumeUpdate(doc *taskDoc, now time.Time) (bson.D, error) {
 			set = append(set, bson.E{Key: fStatus, Value: StatusFinished}, bson.E{Key: fFree, Value: 0})
 			inc = append(inc, bson.E{Key: pSkipped, Value: s.count(pl.Planned, s.beyond())})
 		} else {
-			set = append(set, bson.E{Key: fRunAt, Value: next}, bson.E{Key: pPlanned, Value: next})
+			set = append(set, bson.E{Key: fRunAt, Value: next}, bson.E{Key: pPlanned, Value: next}, bson.E{Key: pScheduled, Value: now})
 			inc = append(inc, bson.E{Key: pSkipped, Value: s.count(pl.Planned, next)})
 		}
 	}

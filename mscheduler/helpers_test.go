@@ -2,6 +2,7 @@ package mscheduler_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -131,5 +132,14 @@ func setFields(t *testing.T, coll *mongo.Collection, key string, set bson.D) {
 	res, err := coll.UpdateOne(context.Background(), bson.D{{Key: "key", Value: key}}, bson.D{{Key: "$set", Value: set}})
 	if err != nil || res.MatchedCount != 1 {
 		t.Fatalf("edit task %q: %v (matched %v)", key, err, res)
+	}
+}
+
+// wantInvalid fails the test unless err is an *InvalidError on field.
+func wantInvalid(t *testing.T, err error, field string) {
+	t.Helper()
+	var ie *mscheduler.InvalidError
+	if !errors.As(err, &ie) || ie.Field != field || !errors.Is(err, mscheduler.ErrInvalid) {
+		t.Fatalf("err = %v, want an InvalidError on %s", err, field)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -245,7 +246,7 @@ func runCrashWorker() {
 	client := mschedulertest.ConnectOrExit(uri)
 	coll := client.Database(mschedulertest.Database).Collection(collName)
 	c, err := mscheduler.NewConsumer(coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
-		fmt.Printf("started %s %s\n", task.Key, task.Run.ID)
+		fmt.Printf("started %s %s %d\n", task.Key, task.Run.ID, task.Run.PlannedAt.UnixMilli())
 		select {} // hang until killed
 	}, &mscheduler.ConsumerConfig{WorkerID: "doomed", PollInterval: 50 * time.Millisecond, Logger: quietLog})
 	if err == nil {
@@ -258,15 +259,16 @@ func runCrashWorker() {
 	select {}
 }
 
-// TestCrashedWorkerIsPreempted: a worker process is SIGKILLed mid-run; its
-// lease lapses, another worker records the run as expired, takes the slot
-// and finishes the task.
-func TestCrashedWorkerIsPreempted(t *testing.T) {
-	coll := mschedulertest.Collection(t)
-	p := newProducer[int](t, coll, nil)
-	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", PingInterval: 100 * time.Millisecond, WorkerTimeout: 700 * time.Millisecond}, nil); err != nil {
-		t.Fatal(err)
-	}
+// crashStart is what a crash worker printed when its handler started.
+type crashStart struct {
+	runID   string
+	planned time.Time
+}
+
+// startCrashWorker starts a worker process (this test binary again) whose
+// handler hangs, and waits until it has started a run of task "k".
+func startCrashWorker(t *testing.T, coll *mongo.Collection) (*exec.Cmd, crashStart) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), crashWorkerEnv+"="+coll.Name(), "MONGODB_URI="+mschedulertest.URI())
 	out, err := cmd.StdoutPipe()
@@ -278,10 +280,25 @@ func TestCrashedWorkerIsPreempted(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "started k ") {
+	fields := strings.Fields(line)
+	if err != nil || len(fields) != 4 || fields[0] != "started" || fields[1] != "k" {
 		t.Fatalf("worker said %q (%v), want a started line", line, err)
 	}
-	deadRun := strings.TrimSpace(strings.TrimPrefix(line, "started k "))
+	ms, _ := strconv.ParseInt(fields[3], 10, 64)
+	return cmd, crashStart{runID: fields[2], planned: time.UnixMilli(ms).UTC()}
+}
+
+// TestCrashedWorkerIsPreempted: a worker process is SIGKILLed mid-run; its
+// lease lapses, another worker records the run as expired, takes the slot
+// and finishes the task.
+func TestCrashedWorkerIsPreempted(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", PingInterval: 100 * time.Millisecond, WorkerTimeout: 700 * time.Millisecond}, nil); err != nil {
+		t.Fatal(err)
+	}
+	cmd, started := startCrashWorker(t, coll)
+	deadRun := started.runID
 	// Let it ping at least once, so that the lease is the task's own.
 	waitForLeaseRenewal(t, coll, "k", "doomed")
 	if err := cmd.Process.Kill(); err != nil {

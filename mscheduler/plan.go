@@ -45,8 +45,9 @@ type MissedPolicy string
 
 const (
 	// MissedSkip jumps to the first planned time after now and counts the
-	// planned times it passed as skipped. A planned time at most Plan.Grace
-	// late is not missed: it runs. If no planned time is left, the plan
+	// planned times it passed as skipped. The latest planned time that has
+	// come is not missed if it is at most Plan.Grace late: it runs, and only
+	// the earlier ones are skipped. If no planned time is left, the plan
 	// finishes without running.
 	MissedSkip MissedPolicy = "skip"
 	// MissedCatchUp runs every missed planned time, one after another, each

@@ -2,8 +2,10 @@ package mscheduler_test
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,7 +67,9 @@ func readPlan(t *testing.T, coll *mongo.Collection, key string) (storedPlan, str
 
 func recordingHandler(log *plannedLog, d time.Duration) mscheduler.Handler[int, int] {
 	return func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
-		log.add(task)
+		if task.Plan != nil {
+			log.add(task)
+		}
 		select {
 		case <-time.After(d):
 		case <-ctx.Done():
@@ -119,3 +123,311 @@ func TestPlanEverySecondEightWorkers(t *testing.T) {
 }
 
 func workerName(i int) string { return "w" + string(rune('a'+i)) }
+
+// TestPlanWorkerKilledMidRun: the worker running a planned time is
+// SIGKILLed; its lease lapses, another worker runs that planned time again
+// (at least once), and no planned time succeeds twice.
+func TestPlanWorkerKilledMidRun(t *testing.T) {
+	const runs = 5
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	plan := mscheduler.Every(1, mscheduler.Second)
+	plan.Repeat = runs
+	task := mscheduler.Task[int]{Key: "k", Plan: &plan, PingInterval: 100 * time.Millisecond, WorkerTimeout: 700 * time.Millisecond}
+	if _, err := p.Publish(ctxT(t), task, nil); err != nil {
+		t.Fatal(err)
+	}
+	cmd, started := startCrashWorker(t, coll)
+	deadPlanned := started.planned
+	waitForLeaseRenewal(t, coll, "k", "doomed")
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	ev := mschedulertest.NewEvents()
+	log := &plannedLog{}
+	for w := range 3 {
+		cfg := fastConfig(workerName(w), ev)
+		cfg.SweepInterval = 100 * time.Millisecond
+		startConsumer(t, mschedulertest.CollectionOf(t, mschedulertest.NewClient(t)), recordingHandler(log, 10*time.Millisecond), cfg)
+	}
+	waitStatus(t, ev, coll, "k", "finished")
+
+	planned := log.planned()
+	if len(planned) != runs || !planned[0].Equal(deadPlanned) {
+		t.Fatalf("planned times run = %v, want %d starting with the killed run's %s", planned, runs, deadPlanned)
+	}
+	succeeded := map[time.Time]int{}
+	expired := 0
+	for _, r := range readRunRecords(t, coll, "k") {
+		switch r.Outcome {
+		case "succeeded":
+			succeeded[r.Planned]++
+		case "expired":
+			expired++
+			if !r.Planned.Equal(deadPlanned) || r.WorkerID != "doomed" {
+				t.Fatalf("expired run = %+v, want the killed one", r)
+			}
+		}
+	}
+	if expired != 1 || len(succeeded) != runs {
+		t.Fatalf("expired runs %d (want 1), planned times succeeded %d (want %d)", expired, len(succeeded), runs)
+	}
+	for pt, n := range succeeded {
+		if n != 1 {
+			t.Fatalf("planned time %s succeeded %d times", pt, n)
+		}
+	}
+}
+
+type plannedRecord struct {
+	Outcome  string    `bson:"outcome"`
+	WorkerID string    `bson:"worker_id"`
+	Planned  time.Time `bson:"planned"`
+}
+
+func readRunRecords(t *testing.T, coll *mongo.Collection, key string) []plannedRecord {
+	t.Helper()
+	var doc struct {
+		Runs []plannedRecord `bson:"runs"`
+	}
+	if err := coll.FindOne(context.Background(), bson.D{{Key: "_id", Value: key}}).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc.Runs
+}
+
+// waitStatus waits, on events, until the task has status.
+func waitStatus(t *testing.T, ev *mschedulertest.Events, coll *mongo.Collection, key, status string) {
+	t.Helper()
+	ev.WaitFor(t, key+" to be "+status, func([]mscheduler.Event) bool {
+		_, got := readPlan(t, coll, key)
+		return got == status
+	})
+}
+
+// jumpClock is a local clock that tests move: the consumer measures the
+// server clock offset once at start, so moving this clock afterwards moves
+// its idea of the server's time, as a jump of the server clock would.
+type jumpClock struct{ jump atomic.Int64 }
+
+func (c *jumpClock) now() time.Time      { return time.Now().Add(time.Duration(c.jump.Load())) }
+func (c *jumpClock) set(d time.Duration) { c.jump.Store(int64(d)) }
+func (c *jumpClock) config(cfg *mscheduler.ConsumerConfig) *mscheduler.ConsumerConfig {
+	cfg.Clock, cfg.ClockSyncInterval = c.now, 1000*time.Hour
+	return cfg
+}
+
+// TestPlanClockJumpsForward: the server clock jumps 3 hours ahead of an
+// every-minute plan's next planned time (as after workers were down for
+// hours). Skip runs nothing and counts the missed times; run-once runs
+// once, as the latest missed time; catch-up runs every missed time, one
+// after another. None floods beyond its policy.
+func TestPlanClockJumpsForward(t *testing.T) {
+	const jump = 3*time.Hour + 30*time.Second
+	cases := []struct {
+		missed   mscheduler.MissedPolicy
+		runs     int
+		skipped  int
+		lastPlan time.Duration // from the first planned time
+	}{
+		{mscheduler.MissedSkip, 0, 181, -1},
+		{mscheduler.MissedRunOnce, 1, 180, 3 * time.Hour},
+		{mscheduler.MissedCatchUp, 181, 0, 3 * time.Hour},
+	}
+	for _, tc := range cases {
+		t.Run(string(tc.missed), func(t *testing.T) {
+			t.Parallel()
+			coll := mschedulertest.Collection(t)
+			clock := &jumpClock{}
+			ev := mschedulertest.NewEvents()
+			log := &plannedLog{}
+			startConsumer(t, coll, recordingHandler(log, 0), clock.config(fastConfig("w", ev)))
+			clock.set(time.Hour + jump)
+
+			p := newProducer[int](t, coll, nil)
+			plan := mscheduler.Every(1, mscheduler.Minute)
+			plan.Start = time.Now().Add(time.Hour).Truncate(time.Second)
+			plan.Missed = tc.missed
+			if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", Plan: &plan}, nil); err != nil {
+				t.Fatal(err)
+			}
+			next := plan.Start.Add(181 * time.Minute)
+			ev.WaitFor(t, "the plan to wait for its next planned time", func([]mscheduler.Event) bool {
+				st, _ := readPlan(t, coll, "k")
+				return st.Planned.Equal(next)
+			})
+			st, status := readPlan(t, coll, "k")
+			planned := log.planned()
+			if len(planned) != tc.runs || st.Runs != tc.runs || st.Skipped != tc.skipped || status != "pending" {
+				t.Fatalf("ran %d (plan says %d), skipped %d, status %s; want %d runs, %d skipped, pending",
+					len(planned), st.Runs, st.Skipped, status, tc.runs, tc.skipped)
+			}
+			for i, pt := range planned {
+				if i > 0 && !pt.After(planned[i-1]) {
+					t.Fatalf("planned time %s ran twice", pt)
+				}
+			}
+			if tc.runs > 0 && !planned[len(planned)-1].Equal(plan.Start.Add(tc.lastPlan)) {
+				t.Fatalf("last planned time run %s, want %s", planned[len(planned)-1], plan.Start.Add(tc.lastPlan))
+			}
+		})
+	}
+}
+
+// TestPlanClockJumpsBack: after runs of an every-second plan the server
+// clock jumps an hour back. Nothing runs again (a probe task proves the
+// worker kept claiming); when the clock comes back, the plan continues
+// after its last planned time, and no planned time ever ran twice.
+func TestPlanClockJumpsBack(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	clock := &jumpClock{}
+	ev := mschedulertest.NewEvents()
+	log := &plannedLog{}
+	startConsumer(t, coll, recordingHandler(log, 0), clock.config(fastConfig("w", ev)))
+	p := newProducer[int](t, coll, nil)
+	plan := mscheduler.Every(1, mscheduler.Second)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", Plan: &plan}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev.WaitCount(t, mscheduler.EventSucceeded, 2)
+	clock.set(-time.Hour)
+	before := len(log.planned())
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "probe", RunAt: time.Now().Add(-2 * time.Hour)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, ev, coll, "probe", "succeeded")
+	// A plan run that was going at the jump may end after it; none starts.
+	if got := len(log.planned()); got > before+1 {
+		t.Fatalf("%d plan runs started after the clock jumped back", got-before)
+	}
+	clock.set(0)
+	ev.WaitCount(t, mscheduler.EventSucceeded, ev.Count(mscheduler.EventSucceeded)+2)
+	planned := log.planned()
+	for i, pt := range planned {
+		if i > 0 && !pt.After(planned[i-1]) {
+			t.Fatalf("planned time %s ran twice", pt)
+		}
+	}
+}
+
+// TestPlanOverrun: an every-second plan whose handler takes 3 s. By default
+// the planned times that come during a run are skipped and counted: one in
+// three runs (the 2-minute plan with a 6-minute handler, scaled down). With
+// OverrunQueue each runs after the previous one, none skipped.
+func TestPlanOverrun(t *testing.T) {
+	cases := []struct {
+		overrun mscheduler.OverrunPolicy
+		handler time.Duration
+		gap     time.Duration
+		skipped int
+	}{
+		{mscheduler.OverrunAsMissed, 3*time.Second + 50*time.Millisecond, 3 * time.Second, 4},
+		{mscheduler.OverrunQueue, 1500 * time.Millisecond, time.Second, 0},
+	}
+	for _, tc := range cases {
+		t.Run(cmpOr(string(tc.overrun), "as_missed"), func(t *testing.T) {
+			t.Parallel()
+			coll := mschedulertest.Collection(t)
+			ev := mschedulertest.NewEvents()
+			log := &plannedLog{}
+			startConsumer(t, coll, recordingHandler(log, tc.handler), fastConfig("w", ev))
+			p := newProducer[int](t, coll, nil)
+			plan := mscheduler.Every(1, mscheduler.Second)
+			plan.Repeat, plan.Overrun = 3, tc.overrun
+			if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", Plan: &plan}, nil); err != nil {
+				t.Fatal(err)
+			}
+			waitStatus(t, ev, coll, "k", "finished")
+			planned := log.planned()
+			st, _ := readPlan(t, coll, "k")
+			if len(planned) != 3 || st.Skipped != tc.skipped {
+				t.Fatalf("planned times run %v, skipped %d; want 3 runs, %d skipped", planned, st.Skipped, tc.skipped)
+			}
+			for i := 1; i < len(planned); i++ {
+				if gap := planned[i].Sub(planned[i-1]); gap != tc.gap {
+					t.Fatalf("planned times %v: gap %s, want %s", planned, gap, tc.gap)
+				}
+			}
+		})
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a
+}
+
+// TestPlanPauseSkipResume: a paused plan starts no run while its planned
+// times pass; resuming counts them as skipped and continues after now;
+// SkipNext(2) skips exactly the next two planned times.
+func TestPlanPauseSkipResume(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	clock := &jumpClock{}
+	ev := mschedulertest.NewEvents()
+	log := &plannedLog{}
+	startConsumer(t, coll, recordingHandler(log, 0), clock.config(fastConfig("w", ev)))
+	p := newProducer[int](t, coll, &mscheduler.ProducerConfig{Clock: clock.now})
+	plan := mscheduler.Every(1, mscheduler.Second)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", Plan: &plan}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
+	if err := p.Pause(ctxT(t), "k"); err != nil {
+		t.Fatal(err)
+	}
+	// Wait out a run that may have started before the pause.
+	ev.WaitFor(t, "no run going", func([]mscheduler.Event) bool {
+		return readTask(t, coll, "k").Running == 0
+	})
+	ranBefore := len(log.planned())
+	paused, _ := readPlan(t, coll, "k")
+
+	clock.set(10 * time.Second)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "probe", RunAt: time.Now()}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, ev, coll, "probe", "succeeded")
+	if got := len(log.planned()); got != ranBefore {
+		t.Fatalf("%d runs started while paused", got-ranBefore)
+	}
+	resumeAt := clock.now()
+	if err := p.Resume(ctxT(t), "k"); err != nil {
+		t.Fatal(err)
+	}
+	resumed, _ := readPlan(t, coll, "k")
+	passed := int(resumed.Planned.Sub(paused.Planned) / time.Second)
+	if resumed.Skipped-paused.Skipped != passed || passed < 9 || resumed.Planned.Before(resumeAt.Add(-time.Second)) {
+		t.Fatalf("paused at planned %s (skipped %d), resumed at %s to planned %s (skipped %d): want the %d planned times between skipped",
+			paused.Planned, paused.Skipped, resumeAt, resumed.Planned, resumed.Skipped, passed)
+	}
+	ev.WaitCount(t, mscheduler.EventSucceeded, ev.Count(mscheduler.EventSucceeded)+1)
+
+	if err := p.SkipNext(ctxT(t), "k", 2); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := readPlan(t, coll, "k")
+	ran := len(log.planned())
+	ev.WaitFor(t, "two runs after the skip", func([]mscheduler.Event) bool { return len(log.planned()) >= ran+2 })
+	after, _ := readPlan(t, coll, "k")
+	planned := log.planned()
+	grid := int(after.Planned.Sub(before.Planned) / time.Second)
+	runsBetween := after.Runs - before.Runs
+	if after.SkipNext != 0 || after.Skipped-before.Skipped < 2 || runsBetween+after.Skipped-before.Skipped != grid {
+		t.Fatalf("before %+v, after %+v: want skip_next spent, 2 or more skipped, and every planned time run or skipped", before, after)
+	}
+	for i, pt := range planned {
+		if i > 0 && !pt.After(planned[i-1]) {
+			t.Fatalf("planned time %s ran twice", pt)
+		}
+	}
+	if err := p.SkipNext(ctxT(t), "probe", 1); !errors.Is(err, mscheduler.ErrInvalid) {
+		t.Fatalf("SkipNext on a task without a plan: %v, want ErrInvalid", err)
+	}
+	if err := p.Pause(ctxT(t), "nope"); !errors.Is(err, mscheduler.ErrNotFound) {
+		t.Fatalf("Pause of a missing task: %v, want ErrNotFound", err)
+	}
+}

@@ -88,8 +88,10 @@ func (s *schedule) choose(c0 time.Time, runs, skipNext int, now time.Time, polic
 			next = s.latestAtOrBefore(c0, now)
 		}
 	case MissedSkip:
-		if late := now.Add(-s.grace); c0.Before(late) {
-			if l := s.latestAtOrBefore(c0, now); !l.Before(late) {
+		// The latest planned time that has come runs if it is at most
+		// grace late; the earlier ones are skipped.
+		if !c0.After(now) {
+			if l := s.latestAtOrBefore(c0, now); !l.Before(now.Add(-s.grace)) {
 				next = l
 			} else {
 				next = s.after(now)
@@ -147,7 +149,10 @@ func (s *schedule) everyAtOrAfter(t time.Time) time.Time {
 	w0 := wallOf(s.start, s.loc)
 	k := max(int(t.Sub(s.start)/(time.Duration(s.every)*24*time.Hour))-1, 0)
 	for ; ; k++ {
-		c := instantOf(w0.AddDate(0, 0, k*s.every), s.loc).Truncate(time.Millisecond)
+		c := s.start // the anchor itself, even when its wall time exists twice
+		if k > 0 {
+			c = instantOf(w0.AddDate(0, 0, k*s.every), s.loc).Truncate(time.Millisecond)
+		}
 		if !c.Before(t) && !c.Before(s.start) {
 			return c
 		}

@@ -66,6 +66,7 @@ func (e *runEnd) advanceUpdate() bson.D {
 			{Key: fStatus, Value: StatusPending},
 			{Key: fRunAt, Value: a.step.Next},
 			{Key: pPlanned, Value: a.step.Next},
+			{Key: pScheduled, Value: e.now},
 			{Key: pSkipNext, Value: 0},
 			{Key: fFree, Value: a.concurrency},
 			{Key: fSucceeded, Value: 0},

@@ -14,6 +14,7 @@ const (
 	pRuns         = "plan.runs"
 	pSkipped      = "plan.skipped"
 	pSkipNext     = "plan.skip_next"
+	pScheduled    = "plan.scheduled"
 	planTimeOfDay = "15:04:05"
 )
 
@@ -39,6 +40,10 @@ type planDoc struct {
 	// Planned is the planned time of the task's current occurrence: the
 	// one its runs belong to, and the time its handler receives.
 	Planned time.Time `bson:"planned,omitempty"`
+	// Scheduled is when the task moved to Planned. A run that starts soon
+	// after max(Planned, Scheduled) is on time, even if Planned is long
+	// past (a queued overrun, a catch-up).
+	Scheduled time.Time `bson:"scheduled,omitempty"`
 	// Runs counts the occurrences that ran, Skipped the planned times that
 	// did not.
 	Runs     int `bson:"runs"`
@@ -142,6 +147,6 @@ func applyPlan(doc *taskDoc, p Plan, runAt, now time.Time, prefix string) error 
 		doc.Status, doc.Free = StatusFinished, 0
 		return nil
 	}
-	doc.RunAt, doc.Plan.Planned = step.Next, step.Next
+	doc.RunAt, doc.Plan.Planned, doc.Plan.Scheduled = step.Next, step.Next, now
 	return nil
 }

@@ -24,6 +24,9 @@ func (c *Consumer[P, R]) planGate(doc *taskDoc) bool {
 		return true // the run fails at once, naming the field
 	}
 	now, planned := c.clock.Now(), doc.Plan.Planned
+	if due := maxTime(planned, doc.Plan.Scheduled); doc.Plan.SkipNext == 0 && !now.After(due.Add(s.grace)) {
+		return true // on time
+	}
 	step := s.atStart(planned, doc.Plan.Runs, doc.Plan.SkipNext, now)
 	if !step.Done && step.Next.Equal(planned) {
 		return true
@@ -36,7 +39,7 @@ func (c *Consumer[P, R]) planGate(doc *taskDoc) bool {
 	update := giveBackUpdate(c.cfg.WorkerID, doc.Concurrency, step, now)
 	if retarget {
 		update = bson.D{
-			{Key: "$set", Value: bson.D{{Key: pPlanned, Value: step.Next}, {Key: fRunAt, Value: step.Next}, {Key: pSkipNext, Value: 0}}},
+			{Key: "$set", Value: bson.D{{Key: pPlanned, Value: step.Next}, {Key: pScheduled, Value: now}, {Key: fRunAt, Value: step.Next}, {Key: pSkipNext, Value: 0}}},
 			{Key: "$inc", Value: bson.D{{Key: pSkipped, Value: step.Skipped}, {Key: fRev, Value: 1}}},
 		}
 	}
@@ -65,7 +68,7 @@ func (c *Consumer[P, R]) planGate(doc *taskDoc) bool {
 // giveBackUpdate undoes a claim and moves the task to the step's planned
 // time, or finishes it.
 func giveBackUpdate(workerID string, concurrency int, step Step, now time.Time) bson.D {
-	set := bson.D{{Key: fStatus, Value: StatusPending}, {Key: fRunAt, Value: step.Next}, {Key: pPlanned, Value: step.Next}}
+	set := bson.D{{Key: fStatus, Value: StatusPending}, {Key: fRunAt, Value: step.Next}, {Key: pPlanned, Value: step.Next}, {Key: pScheduled, Value: now}}
 	if step.Done {
 		set = bson.D{{Key: fStatus, Value: StatusFinished}, {Key: fFree, Value: 0}}
 	}
@@ -79,4 +82,11 @@ func giveBackUpdate(workerID string, concurrency int, step Step, now time.Time) 
 		{Key: "$inc", Value: inc},
 		{Key: "$set", Value: set},
 	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
