@@ -24,6 +24,17 @@
 // (from the hello command's localTime), so skewed clocks neither run a task
 // twice nor stall it.
 //
+// # Recurring tasks
+//
+// A task with a [Plan] runs at each of its planned times: once, every N
+// units, weekly, monthly, or at the times of a cron expression, in an IANA
+// zone, within an optional window, a number of times or forever. The run end
+// that completes an occurrence moves the task to its next planned time in
+// the same fenced update, so no planned time is scheduled or run twice.
+// Missed planned times follow the plan's [MissedPolicy], and ones that come
+// during a run its [OverrunPolicy]. [Plan.Next] is the computation, as a
+// pure function.
+//
 // # Guarantees
 //
 // Execution is at least once: a run that ended without its end being

@@ -124,11 +124,12 @@ func TestPlanEverySecondEightWorkers(t *testing.T) {
 
 func workerName(i int) string { return "w" + string(rune('a'+i)) }
 
-// TestPlanWorkerKilledMidRun: the worker running a planned time is
-// SIGKILLed; its lease lapses, another worker runs that planned time again
-// (at least once), and no planned time succeeds twice.
+// TestPlanWorkerKilledMidRun: 8 workers on an every-second plan; the worker
+// process running the first planned time is SIGKILLed and replaced. Its
+// lease lapses, another worker runs that planned time again (at least
+// once), and no planned time succeeds twice.
 func TestPlanWorkerKilledMidRun(t *testing.T) {
-	const runs = 5
+	const runs, workers = 20, 8
 	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)
 	plan := mscheduler.Every(1, mscheduler.Second)
@@ -139,19 +140,24 @@ func TestPlanWorkerKilledMidRun(t *testing.T) {
 	}
 	cmd, started := startCrashWorker(t, coll)
 	deadPlanned := started.planned
+
+	ev := mschedulertest.NewEvents()
+	log := &plannedLog{}
+	startWorker := func(i int) {
+		cfg := fastConfig(workerName(i), ev)
+		cfg.SweepInterval = 100 * time.Millisecond
+		cfg.RunsKept = 2 * runs // every record is checked
+		startConsumer(t, mschedulertest.CollectionOf(t, mschedulertest.NewClient(t)), recordingHandler(log, 10*time.Millisecond), cfg)
+	}
+	for i := range workers - 1 {
+		startWorker(i)
+	}
 	waitForLeaseRenewal(t, coll, "k", "doomed")
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-
-	ev := mschedulertest.NewEvents()
-	log := &plannedLog{}
-	for w := range 3 {
-		cfg := fastConfig(workerName(w), ev)
-		cfg.SweepInterval = 100 * time.Millisecond
-		startConsumer(t, mschedulertest.CollectionOf(t, mschedulertest.NewClient(t)), recordingHandler(log, 10*time.Millisecond), cfg)
-	}
+	startWorker(workers - 1)
 	waitStatus(t, ev, coll, "k", "finished")
 
 	planned := log.planned()
@@ -173,6 +179,10 @@ func TestPlanWorkerKilledMidRun(t *testing.T) {
 	}
 	if expired != 1 || len(succeeded) != runs {
 		t.Fatalf("expired runs %d (want 1), planned times succeeded %d (want %d)", expired, len(succeeded), runs)
+	}
+	final, _ := readPlan(t, coll, "k")
+	if grid := int(planned[len(planned)-1].Sub(planned[0])/time.Second) + 1; grid != runs+final.Skipped {
+		t.Fatalf("%d planned times from the first to the last run, but %d ran and %d were skipped", grid, runs, final.Skipped)
 	}
 	for pt, n := range succeeded {
 		if n != 1 {
