@@ -31,10 +31,11 @@ func (p *Producer[P]) Pause(ctx context.Context, key string) error {
 // resumeTries bounds how often Resume reads again after a concurrent write.
 const resumeTries = 5
 
-// Resume lets a paused task run again. A task with a plan continues from
-// its first planned time after now; the planned times that passed while it
-// was paused are counted as skipped (if none is left, the plan finishes).
-// It returns [ErrNotFound] if no task has the key.
+// Resume lets a paused task run again; on a task that is not paused it does
+// nothing. A task with a plan continues from its first planned time after
+// now; the planned times that passed while it was paused are counted as
+// skipped (if none is left, the plan finishes). It returns [ErrNotFound] if
+// no task has the key.
 func (p *Producer[P]) Resume(ctx context.Context, key string) error {
 	if err := p.clock.ensure(ctx, p.coll.Database()); err != nil {
 		return err
@@ -47,6 +48,9 @@ func (p *Producer[P]) Resume(ctx context.Context, key string) error {
 		}
 		if err != nil {
 			return fmt.Errorf("mscheduler: resume %q: %w", key, err)
+		}
+		if !doc.Paused {
+			return nil
 		}
 		update, err := resumeUpdate(&doc, p.clock.Now())
 		if err != nil {

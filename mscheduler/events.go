@@ -40,5 +40,8 @@ type Event struct {
 	Attempt  int    // local attempts made, for run events
 	Err      error  // the handler's or the operation's error, if any
 	Skipped  int    // planned times skipped, for EventSkipped
+	// Planned is the planned time of the run's occurrence, for run events
+	// of a task with a plan.
+	Planned time.Time
 	At       time.Time
 }

@@ -28,7 +28,7 @@ func (c *Consumer[P, R]) startRun(doc *taskDoc) {
 		r.pingInterval, r.workerTimeout = PingIntervalDefault, WorkerTimeoutDefault
 	}
 	r.leaseUntil.Store(h.LeaseUntil.UnixNano())
-	c.emit(Event{Kind: EventClaimed, Key: r.key, RunID: r.runID})
+	c.emit(Event{Kind: EventClaimed, Key: r.key, RunID: r.runID, Planned: ptrTime(doc.planned())})
 	c.log.Debug("claimed", "key", r.key, "run_id", r.runID)
 	c.pinger.add(r)
 	go func() {
@@ -99,7 +99,7 @@ func (c *Consumer[P, R]) writeEnd(r *activeRun, end *runEnd) {
 	ctx, cancel := c.writeCtx()
 	defer cancel()
 	err := end.write(ctx, c.coll)
-	ev := Event{Key: r.key, RunID: r.runID, Attempt: end.record.Attempts}
+	ev := Event{Key: r.key, RunID: r.runID, Attempt: end.record.Attempts, Planned: ptrTime(end.record.Planned)}
 	switch {
 	case errors.Is(err, errRunGone):
 		ev.Kind, ev.Err = EventLeaseLost, ErrLeaseLost

@@ -3,6 +3,7 @@ package mscheduler_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -433,6 +434,10 @@ func TestPlanPauseSkipResume(t *testing.T) {
 		if i > 0 && !pt.After(planned[i-1]) {
 			t.Fatalf("planned time %s ran twice", pt)
 		}
+	}
+	probe := readTask(t, coll, "probe")
+	if err := p.Resume(ctxT(t), "probe"); err != nil || !reflect.DeepEqual(readTask(t, coll, "probe"), probe) {
+		t.Fatalf("Resume of a task that is not paused changed it (err %v)", err)
 	}
 	if err := p.SkipNext(ctxT(t), "probe", 1); !errors.Is(err, mscheduler.ErrInvalid) {
 		t.Fatalf("SkipNext on a task without a plan: %v, want ErrInvalid", err)

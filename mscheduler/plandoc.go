@@ -133,7 +133,7 @@ func applyPlan(doc *taskDoc, p Plan, runAt, now time.Time, prefix string) error 
 		return invalid(prefix+"RunAt", "must be zero for a task with a plan: the plan sets it")
 	}
 	if p.Start.IsZero() && p.Kind != PlanOnce {
-		p.Start = now
+		p.Start = now.Truncate(time.Second) // whole seconds read better, and are at most Grace late
 	}
 	p.Start = p.Start.Truncate(time.Millisecond)
 	s, err := p.compile(prefix + "Plan.")

@@ -54,7 +54,7 @@ func (c *Consumer[P, R]) planGate(doc *taskDoc) bool {
 		}
 		return true
 	}
-	c.emit(Event{Kind: EventSkipped, Key: doc.Key, Skipped: step.Skipped})
+	c.emit(Event{Kind: EventSkipped, Key: doc.Key, Skipped: step.Skipped, Planned: step.Next})
 	if retarget {
 		c.log.Info("missed planned times skipped; running the latest", "key", doc.Key, "skipped", step.Skipped, "planned", step.Next)
 		doc.Plan.Planned, doc.Plan.Skipped, doc.Plan.SkipNext, doc.RunAt = step.Next, doc.Plan.Skipped+step.Skipped, 0, step.Next
