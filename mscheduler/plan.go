@@ -72,7 +72,9 @@ const (
 	// OverrunSkip skips and counts them whatever the missed-run policy.
 	OverrunSkip OverrunPolicy = "skip"
 	// OverrunQueue runs them after the run ends, one after another, whatever
-	// the missed-run policy.
+	// the missed-run policy. If the run itself started late, the planned
+	// times before its start were missed: the late run stood for them, and
+	// they are skipped (unless the missed-run policy is [MissedCatchUp]).
 	OverrunQueue OverrunPolicy = "queue"
 )
 

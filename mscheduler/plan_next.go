@@ -49,31 +49,40 @@ func (s *schedule) next(st PlanState, now time.Time) Step {
 	} else {
 		c0 = s.after(st.Last)
 	}
-	policy := s.missed
-	if !st.Started.IsZero() && !c0.IsZero() && !c0.Before(st.Started) {
+	policy, passed := s.missed, 0
+	switch {
+	case st.Started.IsZero() || c0.IsZero():
+	case !c0.Before(st.Started): // every planned time since Last came during the run
 		switch s.overrun {
 		case OverrunSkip:
 			policy = MissedSkip
 		case OverrunQueue:
 			policy = MissedCatchUp
 		}
+	case s.overrun == OverrunQueue && s.missed != MissedCatchUp:
+		// The run started late: the planned times before its start were
+		// missed (the late run stood for them), the ones during it queue.
+		queued := s.atOrAfter(st.Started)
+		passed = s.count(c0, cmp.Or(queued, s.beyond()))
+		c0, policy = queued, MissedCatchUp
 	}
-	return s.choose(c0, st.Runs, st.SkipNext, now, policy)
+	return s.choose(c0, passed, st.Runs, st.SkipNext, now, policy)
 }
 
 // atStart decides what the first start of the occurrence planned at
 // planned does at now: run it (Next == planned), run a later planned time
 // in its place, or wait for a later one.
 func (s *schedule) atStart(planned time.Time, runs, skipNext int, now time.Time) Step {
-	return s.choose(s.atOrAfter(planned), runs, skipNext, now, s.missed)
+	return s.choose(s.atOrAfter(planned), 0, runs, skipNext, now, s.missed)
 }
 
-// choose picks the planned time to run from the first candidate c0 on.
-func (s *schedule) choose(c0 time.Time, runs, skipNext int, now time.Time, policy MissedPolicy) Step {
+// choose picks the planned time to run from the first candidate c0 on;
+// passed planned times before c0 were already skipped.
+func (s *schedule) choose(c0 time.Time, passed, runs, skipNext int, now time.Time, policy MissedPolicy) Step {
 	if s.limit >= 0 && runs >= s.limit {
 		return Step{Done: true}
 	}
-	skipped := 0
+	skipped := passed
 	for ; skipNext > 0 && !c0.IsZero(); skipNext-- {
 		c0 = s.after(c0)
 		skipped++
