@@ -43,5 +43,5 @@ type Event struct {
 	// Planned is the planned time of the run's occurrence, for run events
 	// of a task with a plan.
 	Planned time.Time
-	At       time.Time
+	At      time.Time
 }
