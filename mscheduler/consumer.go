@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,6 +46,8 @@ const (
 	ChangeStreamPollIntervalDefault = 15 * time.Second
 	SweepIntervalDefault            = 5 * time.Second
 	ReleaseTimeoutDefault           = 5 * time.Second
+	TimeoutDefault                  = time.Hour
+	TimeoutGraceDefault             = 5 * time.Second
 	WriteTimeoutDefault             = 10 * time.Second
 	RunsKeptDefault                 = 20
 )
@@ -77,6 +80,14 @@ type ConsumerConfig struct {
 	// them to return before it releases their runs anyway and abandons them.
 	// Defaults to [ReleaseTimeoutDefault].
 	ReleaseTimeout time.Duration
+	// Timeout is the deadline of each handler attempt of tasks that set no
+	// Timeout of their own. Defaults to [TimeoutDefault].
+	Timeout time.Duration
+	// TimeoutGrace is how long a handler may ignore its cancelled context
+	// (a deadline, a lost lease) before the run gives up on it: the run is
+	// failed at once, freeing its slot, and the goroutine is abandoned.
+	// Defaults to [TimeoutGraceDefault].
+	TimeoutGrace time.Duration
 	// WriteTimeout bounds each write that ends a run. Defaults to
 	// [WriteTimeoutDefault].
 	WriteTimeout time.Duration
@@ -126,6 +137,8 @@ func (c *ConsumerConfig) withDefaults() *ConsumerConfig {
 	out.ChangeStreamPollInterval = cmp.Or(out.ChangeStreamPollInterval, ChangeStreamPollIntervalDefault)
 	out.SweepInterval = cmp.Or(out.SweepInterval, SweepIntervalDefault)
 	out.ReleaseTimeout = cmp.Or(out.ReleaseTimeout, ReleaseTimeoutDefault)
+	out.Timeout = cmp.Or(out.Timeout, TimeoutDefault)
+	out.TimeoutGrace = cmp.Or(out.TimeoutGrace, TimeoutGraceDefault)
 	out.WriteTimeout = cmp.Or(out.WriteTimeout, WriteTimeoutDefault)
 	out.RunsKept = cmp.Or(out.RunsKept, RunsKeptDefault)
 	out.ClockSyncInterval = cmp.Or(out.ClockSyncInterval, ClockSyncIntervalDefault)
@@ -161,6 +174,10 @@ func (c *ConsumerConfig) validate() error {
 		return invalid("ChangeStreamPollInterval", "must not be negative, got %s", c.ChangeStreamPollInterval)
 	case c.SweepInterval < 0:
 		return invalid("SweepInterval", "must not be negative, got %s", c.SweepInterval)
+	case c.Timeout < 0:
+		return invalid("Timeout", "must not be negative, got %s", c.Timeout)
+	case c.TimeoutGrace < 0:
+		return invalid("TimeoutGrace", "must not be negative, got %s", c.TimeoutGrace)
 	case c.ReleaseTimeout < 0:
 		return invalid("ReleaseTimeout", "must not be negative, got %s", c.ReleaseTimeout)
 	case c.WriteTimeout < 0:
@@ -183,6 +200,10 @@ type Consumer[P, R any] struct {
 	slots  *semaphore.Weighted // one unit per running handler
 	pinger *pinger
 	wakeCh chan struct{} // buffered 1: something may have become claimable
+
+	// abandoned counts handler goroutines given up on and still running:
+	// raised by the run that abandons one, lowered by the goroutine itself.
+	abandoned atomic.Int64
 
 	// fetchCtx stops the claim loop and the watcher; workCtx cancels
 	// handlers. Both are set by Start and never change after.

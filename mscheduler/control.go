@@ -72,7 +72,10 @@ func (p *Producer[P]) Resume(ctx context.Context, key string) error {
 func resumeUpdate(doc *taskDoc, now time.Time) (bson.D, error) {
 	set := bson.D{{Key: fUpdatedAt, Value: now}}
 	inc := bson.D{{Key: fRev, Value: 1}}
-	if pl := doc.Plan; pl != nil && doc.Running == 0 && doc.Status == StatusPending && !pl.Planned.After(now) {
+	// An occurrence that began (a success of several, a failed run) is
+	// completed, not skipped.
+	untouched := doc.Running == 0 && doc.Succeeded == 0 && doc.FailedRuns == 0
+	if pl := doc.Plan; pl != nil && untouched && !pl.Started && doc.Status == StatusPending && !pl.Planned.After(now) {
 		s, err := pl.schedule()
 		if err != nil {
 			return nil, err
@@ -93,15 +96,19 @@ func resumeUpdate(doc *taskDoc, now time.Time) (bson.D, error) {
 	}, nil
 }
 
+// SkipNextMax is the most planned times one SkipNext call skips; to stop a
+// plan for longer, Pause it.
+const SkipNextMax = 10_000
+
 // SkipNext makes the task's plan skip its next n planned times (replacing
 // any earlier count; 0 cancels). They are counted as skipped. It returns
 // [ErrNotFound] if no task has the key, and an *InvalidError if the task
 // has no plan.
 func (p *Producer[P]) SkipNext(ctx context.Context, key string, n int) error {
-	if n < 0 {
-		return invalid("n", "must not be negative, got %d", n)
+	if n < 0 || n > SkipNextMax {
+		return invalid("n", "must be from 0 to %d, got %d", SkipNextMax, n)
 	}
-	res, err := p.coll.UpdateOne(ctx, bson.D{{Key: fID, Value: key}, {Key: fPlan, Value: op("$exists", true)}}, bson.D{
+	res, err := p.coll.UpdateOne(ctx, bson.D{{Key: fID, Value: key}, {Key: fPlan, Value: op("$type", "object")}}, bson.D{
 		{Key: "$set", Value: bson.D{{Key: pSkipNext, Value: n}, {Key: fUpdatedAt, Value: p.clock.Now()}}},
 		{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}},
 	})

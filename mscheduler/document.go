@@ -29,6 +29,7 @@ const (
 	fMaxRetries      = "max_retries"
 	fRetryDelayMS    = "retry_delay_ms"
 	fMaxFailedRuns   = "max_failed_runs"
+	fTimeoutMS       = "timeout_ms"
 	fFree            = "free"
 	fRunning         = "running"
 	fSucceeded       = "succeeded"
@@ -70,6 +71,7 @@ type taskDoc struct {
 	MaxRetries      int               `bson:"max_retries"`
 	RetryDelayMS    int64             `bson:"retry_delay_ms"`
 	MaxFailedRuns   int               `bson:"max_failed_runs"`
+	TimeoutMS       int64             `bson:"timeout_ms,omitempty"`
 	Free            int               `bson:"free"`
 	Running         int               `bson:"running"`
 	Succeeded       int               `bson:"succeeded"`

@@ -17,6 +17,9 @@ var (
 	// ErrShutdown is the cause of a handler's context cancellation when the
 	// consumer stops and its deadline has passed; the run is released.
 	ErrShutdown = errors.New("mscheduler: consumer shutting down")
+	// ErrTimeout is matched by the error of a handler attempt that ran past
+	// the task's Timeout; the error says "handler timed out after ...".
+	ErrTimeout = errors.New("mscheduler: handler timed out")
 	// ErrStopped is returned by Start on a consumer that was stopped.
 	ErrStopped = errors.New("mscheduler: consumer stopped")
 )

@@ -22,6 +22,10 @@ const (
 	// EventLeaseLost: a run was taken away from this worker; its handler was
 	// cancelled and nothing more was written about it.
 	EventLeaseLost EventKind = "lease_lost"
+	// EventAbandoned: a handler ignored its cancelled context for longer than
+	// TimeoutGrace; its run was failed and its goroutine left behind (see
+	// Consumer.Abandoned).
+	EventAbandoned EventKind = "abandoned"
 	// EventSkipped: planned times of a task were skipped at the start of an
 	// occurrence (Event.Skipped says how many), under its plan's missed-run
 	// policy or pending skips.

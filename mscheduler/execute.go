@@ -127,7 +127,7 @@ func (c *Consumer[P, R]) callWithRetries(ctx context.Context, r *activeRun, task
 	retries := max(doc.MaxRetries, 0)
 	for attempt := 1; ; attempt++ {
 		task.Run.Attempt = attempt
-		result, err := c.call(ctx, task)
+		result, err := c.attempt(ctx, r, task, c.timeout(doc))
 		if err == nil || ctx.Err() != nil || isSkipRetry(err) || attempt > retries {
 			return result, err, attempt
 		}
@@ -273,4 +273,12 @@ func ptrTime(t *time.Time) time.Time {
 		return time.Time{}
 	}
 	return *t
+}
+
+// timeout is the deadline of each handler attempt of the task.
+func (c *Consumer[P, R]) timeout(doc *taskDoc) time.Duration {
+	if doc.TimeoutMS > 0 {
+		return fromMS(doc.TimeoutMS)
+	}
+	return c.cfg.Timeout
 }

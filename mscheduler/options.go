@@ -96,6 +96,9 @@ func newTaskDoc[P any](t *Task[P], d TaskDefaults, now time.Time, prefix string)
 	if err := opts.validate(prefix); err != nil {
 		return nil, err
 	}
+	if t.Timeout < 0 {
+		return nil, invalid(prefix+"Timeout", "must not be negative, got %s", t.Timeout)
+	}
 	for i, w := range t.WorkerIDs {
 		if err := ValidateWorkerID(w); err != nil {
 			return nil, invalid(fmt.Sprintf("%sWorkerIDs[%d]", prefix, i), "%s", err.(*InvalidError).Reason)
@@ -131,6 +134,7 @@ func newTaskDoc[P any](t *Task[P], d TaskDefaults, now time.Time, prefix string)
 		MaxRetries:      opts.MaxRetries,
 		RetryDelayMS:    ms(opts.RetryDelay),
 		MaxFailedRuns:   opts.MaxFailedRuns,
+		TimeoutMS:       ms(t.Timeout),
 		Free:            opts.Concurrency,
 		CreatedAt:       now,
 		UpdatedAt:       now,

@@ -239,6 +239,13 @@ func (p Plan) Next(st PlanState, now time.Time) (Step, error) {
 	return s.next(st, now.Truncate(time.Millisecond)), nil
 }
 
+// Planned times stay within these years, so that no span between two of
+// them overflows a time.Duration.
+var (
+	planTimeMin = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
+	planTimeMax = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
 // cronParser reads 5-field and 6-field (seconds first) expressions and
 // descriptors.
 var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
@@ -322,6 +329,14 @@ func (p Plan) compile(prefix string) (*schedule, error) {
 	if (p.Kind == PlanWeekly || p.Kind == PlanMonthly) && !p.Time.valid() {
 		return bad("Time", "must be a time of day from 00:00:00 to 23:59:59, got %s", p.Time)
 	}
+	for _, f := range []struct {
+		name string
+		t    time.Time
+	}{{"At", p.At}, {"Start", p.Start}, {"End", p.End}} {
+		if !f.t.IsZero() && (f.t.Before(planTimeMin) || !f.t.Before(planTimeMax)) {
+			return bad(f.name, "must be from %d to %d, got %s", planTimeMin.Year(), planTimeMax.Year()-1, f.t.UTC().Format(time.RFC3339))
+		}
+	}
 	switch {
 	case p.Repeat < RepeatForever:
 		return bad("Repeat", "must be -1 (forever) or more, got %d", p.Repeat)
@@ -401,6 +416,11 @@ func parseCron(expr string) (cron.Schedule, error) {
 	sched, err := cronParser.Parse(expr)
 	if err != nil {
 		return nil, fmt.Errorf("cannot be parsed: %v", err)
+	}
+	// The parser looks 5 years ahead; from a leap year that finds any date
+	// that exists at all (a February 30 never does).
+	if sched.Next(time.Date(2023, 12, 31, 0, 0, 0, 0, time.UTC)).IsZero() {
+		return nil, fmt.Errorf("never matches a date, got %q", expr)
 	}
 	return sched, nil
 }

@@ -335,7 +335,7 @@ func TestPlanOverrun(t *testing.T) {
 		skipped int
 	}{
 		{mscheduler.OverrunAsMissed, 3*time.Second + 50*time.Millisecond, 3 * time.Second, 4},
-		{mscheduler.OverrunQueue, 1500 * time.Millisecond, time.Second, 0},
+		{mscheduler.OverrunQueue, 2500 * time.Millisecond, time.Second, 0}, // two intervals and more: each queued run is late by design
 	}
 	for _, tc := range cases {
 		t.Run(cmpOr(string(tc.overrun), "as_missed"), func(t *testing.T) {
@@ -439,10 +439,75 @@ func TestPlanPauseSkipResume(t *testing.T) {
 	if err := p.Resume(ctxT(t), "probe"); err != nil || !reflect.DeepEqual(readTask(t, coll, "probe"), probe) {
 		t.Fatalf("Resume of a task that is not paused changed it (err %v)", err)
 	}
+	wantInvalid(t, p.SkipNext(ctxT(t), "k", mscheduler.SkipNextMax+1), "n")
 	if err := p.SkipNext(ctxT(t), "probe", 1); !errors.Is(err, mscheduler.ErrInvalid) {
 		t.Fatalf("SkipNext on a task without a plan: %v, want ErrInvalid", err)
 	}
 	if err := p.Pause(ctxT(t), "nope"); !errors.Is(err, mscheduler.ErrNotFound) {
 		t.Fatalf("Pause of a missing task: %v, want ErrNotFound", err)
+	}
+}
+
+// TestPlanReleasedOccurrenceIsCompleted: a run released on shutdown has
+// begun its occurrence; the worker that claims it later, long past grace,
+// completes it instead of skipping it as missed.
+func TestPlanReleasedOccurrenceIsCompleted(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	plan := mscheduler.Every(1, mscheduler.Hour)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", Plan: &plan}, nil); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := readPlan(t, coll, "k")
+	ev := mschedulertest.NewEvents()
+	leaving := startConsumer(t, coll, func(ctx context.Context, _ *mscheduler.Task[int]) (int, error) {
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}, fastConfig("leaving", ev))
+	ev.WaitCount(t, mscheduler.EventClaimed, 1)
+	stopCtx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = leaving.Stop(stopCtx)
+	ev.WaitCount(t, mscheduler.EventReleased, 1)
+
+	clock := &jumpClock{}
+	log := &plannedLog{}
+	startConsumer(t, coll, recordingHandler(log, 0), clock.config(fastConfig("later", ev)))
+	clock.set(10 * time.Minute) // far past grace: a first start this late would be skipped
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
+	st, status := readPlan(t, coll, "k")
+	if planned := log.planned(); len(planned) != 1 || !planned[0].Equal(first.Planned) || st.Runs != 1 || st.Skipped != 0 || status != "pending" {
+		t.Fatalf("ran %v (want %s), plan %+v, status %s: want the released occurrence completed", planned, first.Planned, st, status)
+	}
+}
+
+// TestPlanResumeCompletesBegunOccurrence: resuming a plan whose occurrence
+// has a success of its two keeps that occurrence (and its counters) instead
+// of skipping it.
+func TestPlanResumeCompletesBegunOccurrence(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	clock := &jumpClock{}
+	p := newProducer[int](t, coll, &mscheduler.ProducerConfig{Clock: clock.now})
+	plan := mscheduler.Every(1, mscheduler.Hour)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", Plan: &plan, Concurrency: 2, DistinctWorkers: true}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev := mschedulertest.NewEvents()
+	only := startConsumer(t, coll, func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }, fastConfig("only", ev))
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
+	if err := only.Stop(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Pause(ctxT(t), "k"); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := readPlan(t, coll, "k")
+	clock.set(3 * time.Hour)
+	if err := p.Resume(ctxT(t), "k"); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := readPlan(t, coll, "k")
+	if task := readTask(t, coll, "k"); !after.Planned.Equal(before.Planned) || after.Skipped != 0 || task.Succeeded != 1 || len(task.DoneBy) != 1 {
+		t.Fatalf("after resume: plan %+v, task %+v; want the begun occurrence kept", after, task)
 	}
 }

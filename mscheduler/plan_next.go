@@ -32,7 +32,7 @@ type schedule struct {
 // countCap bounds the planned times counted one by one; past it a count is
 // extrapolated from the average spacing so far (only dense cron plans left
 // unattended for a long time get there).
-const countCap = 100_000
+const countCap = 10_000
 
 // next implements Plan.Next.
 func (s *schedule) next(st PlanState, now time.Time) Step {
@@ -83,6 +83,13 @@ func (s *schedule) choose(c0 time.Time, passed, runs, skipNext int, now time.Tim
 		return Step{Done: true}
 	}
 	skipped := passed
+	if s.kind == PlanEvery && s.interval > 0 && skipNext > 0 { // no need to walk a fixed grid
+		target := c0.Add(time.Duration(skipNext) * s.interval)
+		if !s.end.IsZero() && target.After(s.end) {
+			return Step{Skipped: skipped + s.count(c0, s.beyond()), Done: true}
+		}
+		c0, skipped, skipNext = target, skipped+skipNext, 0
+	}
 	for ; skipNext > 0 && !c0.IsZero(); skipNext-- {
 		c0 = s.after(c0)
 		skipped++

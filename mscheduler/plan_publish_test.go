@@ -81,6 +81,10 @@ func TestPublishRefusesBadPlansAndWritesNothing(t *testing.T) {
 		{"repeat -2", mscheduler.Task[int]{Key: "k", Plan: with(mscheduler.Every(1, mscheduler.Hour), func(p *mscheduler.Plan) { p.Repeat = -2 })}, "Plan.Repeat"},
 		{"day 32", mscheduler.Task[int]{Key: "k", Plan: with(mscheduler.Monthly(32, 0, 0), func(*mscheduler.Plan) {})}, "Plan.Day"},
 		{"hour 24", mscheduler.Task[int]{Key: "k", Plan: with(mscheduler.Monthly(1, 24, 0), func(*mscheduler.Plan) {})}, "Plan.Time"},
+		{"start in 1700", mscheduler.Task[int]{Key: "k", Plan: with(mscheduler.Every(1, mscheduler.Hour), func(p *mscheduler.Plan) {
+			p.Start = time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC)
+		})}, "Plan.Start"},
+		{"cron that never matches", mscheduler.Task[int]{Key: "k", Plan: with(mscheduler.Cron("0 0 30 2 *"), func(*mscheduler.Plan) {})}, "Plan.Cron"},
 		{"run_at with a plan", mscheduler.Task[int]{Key: "k", RunAt: now, Plan: with(mscheduler.Every(1, mscheduler.Hour), func(*mscheduler.Plan) {})}, "RunAt"},
 	}
 	for _, c := range cases {
@@ -91,6 +95,9 @@ func TestPublishRefusesBadPlansAndWritesNothing(t *testing.T) {
 	}
 	_, err := p.PublishMany(ctxT(t), []mscheduler.Task[int]{{Key: "ok"}, {Key: "bad", Plan: with(mscheduler.Every(0, mscheduler.Minute), func(*mscheduler.Plan) {})}}, nil)
 	wantInvalid(t, err, "tasks[1].Plan.Every")
+	_, err = p.PublishMany(ctxT(t), []mscheduler.Task[int]{{Key: "ok"}, {Key: "planned", Plan: with(mscheduler.Every(1, mscheduler.Minute), func(*mscheduler.Plan) {})}},
+		&mscheduler.PublishOpts{MoveRunAt: true})
+	wantInvalid(t, err, "tasks[1].Plan")
 	if n := countDocs(t, coll, bson.D{}); n != 0 {
 		t.Fatalf("documents = %d after refused publishes, want 0", n)
 	}

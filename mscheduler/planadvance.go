@@ -32,6 +32,12 @@ func newPlanAdvance(doc *taskDoc, started, now time.Time) *planAdvance {
 	if err != nil {
 		return nil
 	}
+	// A run that started on time (within grace of when its occurrence
+	// became due, which for a queued occurrence is after its planned time)
+	// did not miss anything before its start.
+	if due := maxTime(doc.Plan.Planned, doc.Plan.Scheduled); !started.After(due.Add(s.grace)) {
+		started = doc.Plan.Planned
+	}
 	a := &planAdvance{sched: s, planned: doc.Plan.Planned, runs: doc.Plan.Runs, started: started, now: now}
 	a.refresh(doc.Concurrency, doc.Plan.SkipNext)
 	return a
@@ -56,7 +62,7 @@ func (a *planAdvance) fence() bson.D {
 func (e *runEnd) advanceUpdate() bson.D {
 	a := e.advance
 	return bson.D{
-		{Key: "$unset", Value: bson.D{{Key: holderPath(e.workerID), Value: ""}, {Key: fNextExpiry, Value: ""}, {Key: fDoneBy, Value: ""}}},
+		{Key: "$unset", Value: bson.D{{Key: holderPath(e.workerID), Value: ""}, {Key: fNextExpiry, Value: ""}, {Key: fDoneBy, Value: ""}, {Key: pStarted, Value: ""}}},
 		{Key: "$inc", Value: bson.D{{Key: fRunning, Value: -1}, {Key: fRev, Value: 1}, {Key: pRuns, Value: 1}, {Key: pSkipped, Value: a.step.Skipped}}},
 		{Key: "$push", Value: bson.D{{Key: fRuns, Value: bson.D{
 			{Key: "$each", Value: bson.A{e.record}},

@@ -1,6 +1,7 @@
 package mscheduler
 
 import (
+	"cmp"
 	"errors"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ const (
 	pSkipped      = "plan.skipped"
 	pSkipNext     = "plan.skip_next"
 	pScheduled    = "plan.scheduled"
+	pStarted      = "plan.started"
 	planTimeOfDay = "15:04:05"
 )
 
@@ -46,9 +48,13 @@ type planDoc struct {
 	Scheduled time.Time `bson:"scheduled,omitempty"`
 	// Runs counts the occurrences that ran, Skipped the planned times that
 	// did not.
-	Runs     int `bson:"runs"`
-	Skipped  int `bson:"skipped"`
-	SkipNext int `bson:"skip_next"`
+	// Started says a run of the current occurrence has begun (and ended
+	// without completing it, released say): the occurrence is completed
+	// however late, never judged as missed.
+	Started  bool `bson:"started,omitempty"`
+	Runs     int  `bson:"runs"`
+	Skipped  int  `bson:"skipped"`
+	SkipNext int  `bson:"skip_next"`
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -133,7 +139,11 @@ func applyPlan(doc *taskDoc, p Plan, runAt, now time.Time, prefix string) error 
 		return invalid(prefix+"RunAt", "must be zero for a task with a plan: the plan sets it")
 	}
 	if p.Start.IsZero() && p.Kind != PlanOnce {
-		p.Start = now.Truncate(time.Second) // whole seconds read better, and are at most Grace late
+		p.Start = now
+		// Whole seconds read better, when that is not later than Grace.
+		if grace := cmp.Or(p.Grace, GraceDefault); now.Sub(now.Truncate(time.Second)) <= grace {
+			p.Start = now.Truncate(time.Second)
+		}
 	}
 	p.Start = p.Start.Truncate(time.Millisecond)
 	s, err := p.compile(prefix + "Plan.")

@@ -16,7 +16,7 @@ import (
 // Runs after the first (retries, other slots, a run whose worker died) are
 // not judged: an occurrence that started is completed, however late.
 func (c *Consumer[P, R]) planGate(doc *taskDoc) bool {
-	if doc.Plan == nil || doc.corrupt != nil || doc.Running != 1 || doc.Succeeded != 0 || doc.FailedRuns != 0 {
+	if doc.Plan == nil || doc.Plan.Started || doc.corrupt != nil || doc.Running != 1 || doc.Succeeded != 0 || doc.FailedRuns != 0 {
 		return true
 	}
 	s, err := doc.Plan.schedule()

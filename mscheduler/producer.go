@@ -127,6 +127,13 @@ func (p *Producer[P]) publish(ctx context.Context, tasks []Task[P], opts *Publis
 	if err != nil {
 		return nil, err
 	}
+	if opts.MoveRunAt {
+		for i, d := range docs {
+			if d.Plan != nil {
+				return nil, invalid(fieldName(prefixFormat, i, "Plan"), "MoveRunAt does not apply to a task with a plan: the plan sets run_at")
+			}
+		}
+	}
 	if len(docs) == 0 {
 		return nil, nil
 	}
@@ -182,6 +189,14 @@ func (p *Producer[P]) buildDocs(tasks []Task[P], prefixFormat string) ([]*taskDo
 		docs[i] = d
 	}
 	return docs, nil
+}
+
+// fieldName names a field of tasks[i] as publish reports it.
+func fieldName(prefixFormat string, i int, field string) string {
+	if prefixFormat == "" {
+		return field
+	}
+	return fmt.Sprintf(prefixFormat, i) + field
 }
 
 // findResettable returns the keys among docs whose task is finished with no
@@ -319,7 +334,7 @@ func resetModel(d *taskDoc) mongo.WriteModel {
 	set := insertFields(d, bson.D{{Key: fID}, {Key: fKey}, {Key: fCreatedAt}, {Key: fRev}})
 	update := bson.D{
 		{Key: "$set", Value: set},
-		{Key: "$unset", Value: bson.D{{Key: fHolders, Value: ""}, {Key: fDoneBy, Value: ""}, {Key: fNextExpiry, Value: ""}}},
+		{Key: "$unset", Value: bson.D{{Key: fHolders, Value: ""}, {Key: fDoneBy, Value: ""}, {Key: fNextExpiry, Value: ""}, {Key: fPaused, Value: ""}}},
 		{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}},
 	}
 	return mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update).SetUpsert(true)

@@ -209,6 +209,9 @@ func (e *runEnd) update(c endCase) bson.D {
 		push = append(push, bson.E{Key: fDoneBy, Value: e.workerID})
 	}
 	set := bson.D{{Key: fUpdatedAt, Value: e.now}}
+	if e.advance != nil {
+		set = append(set, bson.E{Key: pStarted, Value: true})
+	}
 	if c.advance { // the plan is done
 		c.status = StatusFinished
 		inc = append(inc, bson.E{Key: pRuns, Value: 1}, bson.E{Key: pSkipped, Value: e.advance.step.Skipped})
@@ -274,12 +277,14 @@ func (e *runEnd) reread(ctx context.Context, coll *mongo.Collection) (bool, erro
 		MaxFailedRuns int       `bson:"max_failed_runs"`
 		State         taskState `bson:",inline"`
 		Concurrency   int       `bson:"concurrency"`
-		SkipNext      struct {
-			N int `bson:"skip_next"`
+		Plan          struct {
+			SkipNext int       `bson:"skip_next"`
+			Planned  time.Time `bson:"planned"`
+			Runs     int       `bson:"runs"`
 		} `bson:"plan"`
 	}
 	proj := bson.D{{Key: fMaxFailedRuns, Value: 1}, {Key: fStatus, Value: 1}, {Key: fRunning, Value: 1}, {Key: fFree, Value: 1}, {Key: fFailedRuns, Value: 1},
-		{Key: fConcurrency, Value: 1}, {Key: pSkipNext, Value: 1}}
+		{Key: fConcurrency, Value: 1}, {Key: pSkipNext, Value: 1}, {Key: pPlanned, Value: 1}, {Key: pRuns, Value: 1}}
 	err := coll.FindOne(ctx, e.fence, options.FindOne().SetProjection(proj)).Decode(&doc)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return false, nil
@@ -289,7 +294,12 @@ func (e *runEnd) reread(ctx context.Context, coll *mongo.Collection) (bool, erro
 	}
 	e.maxFailedRuns, e.seen = doc.MaxFailedRuns, doc.State
 	if e.advance != nil {
-		e.advance.refresh(doc.Concurrency, doc.SkipNext.N)
+		// The run's occurrence is the one the task is at: only this run's
+		// own claim could move it since (or an operator's edit).
+		e.advance.planned, e.advance.runs = doc.Plan.Planned, doc.Plan.Runs
+		e.advance.refresh(doc.Concurrency, doc.Plan.SkipNext)
+		planned := doc.Plan.Planned
+		e.record.Planned = &planned
 	}
 	return true, nil
 }

@@ -44,7 +44,20 @@ type sweptTask struct {
 	NextExpiry    time.Time         `bson:"next_expiry"`
 	Holders       map[string]holder `bson:"holders"`
 	Concurrency   int               `bson:"concurrency"`
-	Plan          *planDoc          `bson:"plan"`
+	Plan          bson.Raw          `bson:"plan"` // decoded apart: a broken plan must not stop the sweep
+}
+
+// plan is the task's plan, or nil if it has none or it does not decode
+// (its runs then end as a plain task's).
+func (t *sweptTask) plan() *planDoc {
+	if len(t.Plan) == 0 {
+		return nil
+	}
+	var p planDoc
+	if err := bson.Unmarshal(t.Plan, &p); err != nil {
+		return nil
+	}
+	return &p
 }
 
 // sweep reads, with one query, the tasks whose next_expiry falls before
@@ -63,11 +76,17 @@ func (c *Consumer[P, R]) sweep(ctx context.Context, now, horizon time.Time) (tim
 	if err != nil {
 		return time.Time{}, fmt.Errorf("mscheduler: sweep: %w", err)
 	}
-	var tasks []sweptTask
-	if err := cur.All(ctx, &tasks); err != nil {
+	var raws []bson.Raw
+	if err := cur.All(ctx, &raws); err != nil {
 		return time.Time{}, fmt.Errorf("mscheduler: sweep: %w", err)
 	}
-	for _, t := range tasks {
+	for _, raw := range raws {
+		var t sweptTask
+		if err := bson.Unmarshal(raw, &t); err != nil {
+			key, _ := raw.Lookup(fID).StringValueOK()
+			c.loopError(ctx, fmt.Errorf("mscheduler: sweep: task %q cannot be decoded: %w", key, err))
+			continue
+		}
 		if !t.NextExpiry.Before(now) {
 			return t.NextExpiry, nil
 		}
@@ -75,7 +94,7 @@ func (c *Consumer[P, R]) sweep(ctx context.Context, now, horizon time.Time) (tim
 			c.loopError(ctx, err)
 		}
 	}
-	if len(tasks) == sweepBatch {
+	if len(raws) == sweepBatch {
 		return now, nil // a full batch of lapsed leases: sweep again at once
 	}
 	return time.Time{}, nil
@@ -114,14 +133,14 @@ func (c *Consumer[P, R]) expire(ctx context.Context, t sweptTask, workerID strin
 		fence:    expiredFence(t.Key, workerID, h.Run, now),
 		record: runRecord{
 			RunID: h.Run, WorkerID: workerID, Started: h.Started, LeaseUntil: h.LeaseUntil,
-			Finished: now, Outcome: OutcomeExpired, Planned: (&taskDoc{Plan: t.Plan}).planned(),
+			Finished: now, Outcome: OutcomeExpired, Planned: (&taskDoc{Plan: t.plan()}).planned(),
 			Error: fmt.Sprintf("lease expired at %s: worker stopped pinging", h.LeaseUntil.UTC().Format(time.RFC3339Nano)),
 		},
 		maxFailedRuns: t.MaxFailedRuns,
 		seen:          t.State,
 		now:           now,
 		runsKept:      c.cfg.RunsKept,
-		advance:       newPlanAdvance(&taskDoc{Plan: t.Plan, Concurrency: t.Concurrency}, h.Started, now),
+		advance:       newPlanAdvance(&taskDoc{Plan: t.plan(), Concurrency: t.Concurrency}, h.Started, now),
 	}
 	err := end.write(ctx, c.coll)
 	switch {

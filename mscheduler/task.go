@@ -107,6 +107,12 @@ type Task[P any] struct {
 	// MaxFailedRuns is the number of failed runs after which the task is
 	// failed. Defaults to [MaxFailedRunsDefault].
 	MaxFailedRuns int
+	// Timeout bounds each handler attempt: the handler's context carries the
+	// deadline, and an attempt still going at it fails ([ErrTimeout]) and is
+	// retried locally like any error. It is independent of WorkerTimeout,
+	// which only detects dead workers: pings go on while a handler runs
+	// within its Timeout. Defaults to the consumer's Timeout.
+	Timeout time.Duration
 
 	// Description says what the task is, for people reading the collection.
 	Description string
