@@ -231,21 +231,23 @@ func (c *jumpClock) config(cfg *mscheduler.ConsumerConfig) *mscheduler.ConsumerC
 }
 
 // TestPlanClockJumpsForward: the server clock jumps 3 hours ahead of an
-// every-minute plan's next planned time (as after workers were down for
+// every-5-minutes plan's next planned time (as after workers were down for
 // hours). Skip runs nothing and counts the missed times; run-once runs
 // once, as the latest missed time; catch-up runs every missed time, one
 // after another. None floods beyond its policy.
 func TestPlanClockJumpsForward(t *testing.T) {
-	const jump = 3*time.Hour + 30*time.Second
+	// Half an interval past a planned time, so that a slow catch-up does not
+	// reach the next one.
+	const jump = 3*time.Hour + 150*time.Second
 	cases := []struct {
 		missed   mscheduler.MissedPolicy
 		runs     int
 		skipped  int
 		lastPlan time.Duration // from the first planned time
 	}{
-		{mscheduler.MissedSkip, 0, 181, -1},
-		{mscheduler.MissedRunOnce, 1, 180, 3 * time.Hour},
-		{mscheduler.MissedCatchUp, 181, 0, 3 * time.Hour},
+		{mscheduler.MissedSkip, 0, 37, -1},
+		{mscheduler.MissedRunOnce, 1, 36, 3 * time.Hour},
+		{mscheduler.MissedCatchUp, 37, 0, 3 * time.Hour},
 	}
 	for _, tc := range cases {
 		t.Run(string(tc.missed), func(t *testing.T) {
@@ -258,13 +260,13 @@ func TestPlanClockJumpsForward(t *testing.T) {
 			clock.set(time.Hour + jump)
 
 			p := newProducer[int](t, coll, nil)
-			plan := mscheduler.Every(1, mscheduler.Minute)
+			plan := mscheduler.Every(5, mscheduler.Minute)
 			plan.Start = time.Now().Add(time.Hour).Truncate(time.Second)
 			plan.Missed = tc.missed
 			if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", Plan: &plan}, nil); err != nil {
 				t.Fatal(err)
 			}
-			next := plan.Start.Add(181 * time.Minute)
+			next := plan.Start.Add(37 * 5 * time.Minute)
 			ev.WaitFor(t, "the plan to wait for its next planned time", func([]mscheduler.Event) bool {
 				st, _ := readPlan(t, coll, "k")
 				return st.Planned.Equal(next)
