@@ -244,7 +244,7 @@ func NewConsumer[P, R any](coll *mongo.Collection, handler Handler[P, R], cfg *C
 		slots:   semaphore.NewWeighted(int64(c.Capacity)),
 		wakeCh:  make(chan struct{}, 1),
 	}
-	con.pinger = newPinger(con.coll, c.WorkerID, con.clock, con.emit, con.log, &con.caps)
+	con.pinger = newPinger(con.coll, c.WorkerID, c.Groups, con.clock, con.emit, con.log, &con.caps)
 	return con, nil
 }
 

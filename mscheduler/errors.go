@@ -17,6 +17,10 @@ var (
 	// ErrShutdown is the cause of a handler's context cancellation when the
 	// consumer stops and its deadline has passed; the run is released.
 	ErrShutdown = errors.New("mscheduler: consumer shutting down")
+	// ErrRevoked is the cause of a handler's context cancellation when the
+	// task's worker_ids or group changed so that this worker may no longer
+	// run it; the run is recorded as revoked.
+	ErrRevoked = errors.New("mscheduler: run revoked: this worker is no longer allowed to run the task")
 	// ErrTimeout is matched by the error of a handler attempt that ran past
 	// the task's Timeout; the error says "handler timed out after ...".
 	ErrTimeout = errors.New("mscheduler: handler timed out")

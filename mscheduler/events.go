@@ -22,6 +22,9 @@ const (
 	// EventLeaseLost: a run was taken away from this worker; its handler was
 	// cancelled and nothing more was written about it.
 	EventLeaseLost EventKind = "lease_lost"
+	// EventRevoked: a run was cancelled because its task no longer allows
+	// this worker, and recorded as revoked.
+	EventRevoked EventKind = "revoked"
 	// EventAbandoned: a handler ignored its cancelled context for longer than
 	// TimeoutGrace; its run was failed and its goroutine left behind (see
 	// Consumer.Abandoned).

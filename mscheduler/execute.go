@@ -68,6 +68,9 @@ func (c *Consumer[P, R]) execute(ctx context.Context, r *activeRun, doc *taskDoc
 	case errors.Is(context.Cause(ctx), ErrShutdown):
 		end.record.Outcome = OutcomeReleased
 		end.record.Error = err.Error()
+	case errors.Is(context.Cause(ctx), ErrRevoked):
+		end.record.Outcome = OutcomeRevoked
+		end.record.Error = ErrRevoked.Error()
 	default:
 		end.record.Outcome = OutcomeFailed
 		end.record.Error = err.Error()
@@ -111,7 +114,7 @@ func (c *Consumer[P, R]) writeEnd(r *activeRun, end *runEnd) {
 		c.log.Error("could not write run end", "key", r.key, "run_id", r.runID, "error", err)
 	default:
 		ev.Kind = map[Outcome]EventKind{
-			OutcomeSucceeded: EventSucceeded, OutcomeFailed: EventFailed, OutcomeReleased: EventReleased,
+			OutcomeSucceeded: EventSucceeded, OutcomeFailed: EventFailed, OutcomeReleased: EventReleased, OutcomeRevoked: EventRevoked,
 		}[end.record.Outcome]
 		if end.record.Error != "" {
 			ev.Err = errors.New(end.record.Error)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,9 @@ type activeRun struct {
 	// lost is set by the pinger when the run was taken away; the run's
 	// goroutine then writes nothing more about it.
 	lost atomic.Bool
+	// revoked is set by the pinger when the task stopped allowing this
+	// worker; the run's goroutine then records the run as revoked.
+	revoked atomic.Bool
 	// finished is claimed (CompareAndSwap) by whoever writes the run's end:
 	// the run's goroutine, or Stop for an abandoned run.
 	finished atomic.Bool
@@ -57,6 +61,7 @@ func (r *activeRun) lease() time.Time { return time.Unix(0, r.leaseUntil.Load())
 type pinger struct {
 	coll     *mongo.Collection
 	workerID string
+	groups   []string
 	clock    *serverClock
 	emit     func(Event)
 	log      *slog.Logger
@@ -67,8 +72,8 @@ type pinger struct {
 	kick chan struct{}         // buffered 1: a run was added
 }
 
-func newPinger(coll *mongo.Collection, workerID string, clock *serverClock, emit func(Event), log *slog.Logger, caps *capabilities) *pinger {
-	return &pinger{coll: coll, workerID: workerID, clock: clock, emit: emit, log: log, caps: caps,
+func newPinger(coll *mongo.Collection, workerID string, groups []string, clock *serverClock, emit func(Event), log *slog.Logger, caps *capabilities) *pinger {
+	return &pinger{coll: coll, workerID: workerID, groups: groups, clock: clock, emit: emit, log: log, caps: caps,
 		runs: map[string]*activeRun{}, kick: make(chan struct{}, 1)}
 }
 
@@ -139,9 +144,18 @@ func (p *pinger) pingDue(ctx context.Context) time.Time {
 }
 
 type pingReply struct {
-	Running         int   `bson:"running"`
-	PingIntervalMS  int64 `bson:"ping_interval_ms"`
-	WorkerTimeoutMS int64 `bson:"worker_timeout_ms"`
+	Running         int      `bson:"running"`
+	PingIntervalMS  int64    `bson:"ping_interval_ms"`
+	WorkerTimeoutMS int64    `bson:"worker_timeout_ms"`
+	WorkerIDs       []string `bson:"worker_ids"`
+	Group           string   `bson:"group"`
+}
+
+// allows reports whether the task, as the ping read it, still lets this
+// worker run it: an operator may have changed worker_ids or group.
+func (r *pingReply) allows(workerID string, groups []string) bool {
+	return (len(r.WorkerIDs) == 0 || slices.Contains(r.WorkerIDs, workerID)) &&
+		(r.Group == "" || slices.Contains(groups, r.Group))
 }
 
 // ping renews one run's lease. The only holder of a task also sets
@@ -178,7 +192,21 @@ func (p *pinger) ping(ctx context.Context, r *activeRun) {
 		if d := fromMS(reply.WorkerTimeoutMS); d > 0 {
 			r.workerTimeout = d
 		}
+		if !reply.allows(p.workerID, p.groups) {
+			p.revoke(r)
+		}
 	}
+}
+
+// revoke cancels a run whose task no longer allows this worker. The run
+// keeps its lease (pings go on) until its end is written as revoked, which
+// gives its slot to an allowed worker.
+func (p *pinger) revoke(r *activeRun) {
+	if r.finished.Load() || !r.revoked.CompareAndSwap(false, true) {
+		return
+	}
+	p.log.Warn("worker no longer allowed by the task; run revoked", "key", r.key, "run_id", r.runID)
+	r.cancel(ErrRevoked)
 }
 
 func (p *pinger) renew(ctx context.Context, r *activeRun, lease time.Time, sole bool) (*pingReply, error) {
@@ -191,7 +219,7 @@ func (p *pinger) renew(ctx context.Context, r *activeRun, lease time.Time, sole 
 		filter = append(filter, bson.E{Key: fRunning, Value: op("$ne", 1)})
 	}
 	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
-	proj := bson.D{{Key: fRunning, Value: 1}, {Key: fPingIntervalMS, Value: 1}, {Key: fWorkerTimeoutMS, Value: 1}}
+	proj := bson.D{{Key: fRunning, Value: 1}, {Key: fPingIntervalMS, Value: 1}, {Key: fWorkerTimeoutMS, Value: 1}, {Key: fWorkerIDs, Value: 1}, {Key: fGroup, Value: 1}}
 	var reply pingReply
 	err := p.caps.findOneAndUpdate(ctx, p.coll, filter, bson.D{{Key: "$set", Value: set}}, opts, proj).Decode(&reply)
 	if errors.Is(err, mongo.ErrNoDocuments) {

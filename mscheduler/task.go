@@ -33,6 +33,10 @@ const (
 	OutcomeExpired Outcome = "expired"
 	// OutcomeReleased: the worker gave the run back on shutdown, before it ended.
 	OutcomeReleased Outcome = "released"
+	// OutcomeRevoked: the task stopped allowing the worker (worker_ids or
+	// group changed) while the run was going; the run was cancelled at its
+	// next ping and its slot given back. It does not count as a failure.
+	OutcomeRevoked Outcome = "revoked"
 )
 
 // Defaults of the task options. A zero option in a published [Task] takes the
