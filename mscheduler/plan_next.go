@@ -83,7 +83,7 @@ func (s *schedule) choose(c0 time.Time, passed, runs, skipNext int, now time.Tim
 		return Step{Done: true}
 	}
 	skipped := passed
-	if s.kind == PlanEvery && s.interval > 0 && skipNext > 0 { // no need to walk a fixed grid
+	if s.kind == PlanEvery && s.interval > 0 && skipNext > 0 && !c0.IsZero() { // no need to walk a fixed grid
 		target := c0.Add(time.Duration(skipNext) * s.interval)
 		if !s.end.IsZero() && target.After(s.end) {
 			return Step{Skipped: skipped + s.count(c0, s.beyond()), Done: true}

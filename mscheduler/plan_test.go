@@ -596,3 +596,15 @@ func TestPlanValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanNextSkipNextAtTheEnd: skips asked for after the last planned
+// time of the window finish the plan (found by the fuzzer).
+func TestPlanNextSkipNextAtTheEnd(t *testing.T) {
+	start := time.Date(2026, 3, 8, 7, 0, 0, 0, time.UTC)
+	p := mscheduler.Every(3, mscheduler.Minute)
+	p.Start, p.End, p.Missed = start, start, mscheduler.MissedCatchUp
+	step, err := p.Next(mscheduler.PlanState{Last: start, Runs: 1, SkipNext: 1}, start.Add(10*time.Minute))
+	if err != nil || !step.Done || !step.Next.IsZero() {
+		t.Fatalf("step = %+v (%v), want Done", step, err)
+	}
+}
