@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain lets the memory phase run this test binary as its worker
+// process, as it runs the command's binary.
+func TestMain(m *testing.M) {
+	if isChild() {
+		os.Exit(childMain())
+	}
+	os.Exit(m.Run())
+}
+
+// TestTinyRun runs every phase at a tiny size and checks that the counts
+// agree. It asserts nothing about speed.
+func TestTinyRun(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.Tasks = 20
+	cfg.Rounds = 2
+	cfg.Workers = []int{1, 2}
+	cfg.Capacity = 3
+	cfg.Publish = 30
+	cfg.Batch = 10
+	cfg.Latency = 5
+	cfg.Rate = 20
+	cfg.LatencyWorkers = 1
+	cfg.MemPending = 100
+	cfg.MemSettle = 100 * time.Millisecond
+	cfg.Progress = testWriter{t}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if len(rep.EndToEnd) != len(cfg.Workers) {
+		t.Fatalf("%d end-to-end results, want %d", len(rep.EndToEnd), len(cfg.Workers))
+	}
+	for _, x := range rep.EndToEnd {
+		for name, s := range map[string]runStats{"library": x.Library, "raw": x.Raw} {
+			if want := cfg.Tasks * cfg.Rounds; s.Succeeded != want || s.Tasks != want {
+				t.Errorf("W=%d %s: %d of %d tasks succeeded, want %d", x.Workers, name, s.Succeeded, s.Tasks, want)
+			}
+			if s.Problems != 0 {
+				t.Errorf("W=%d %s: %d failed, error or lost-lease events", x.Workers, name, s.Problems)
+			}
+			for what, v := range map[string]float64{"commands": s.commandsPerTask(), "writes": s.writesPerTask(), "tasks/s": s.tasksPerSec()} {
+				if !(v > 0) || math.IsInf(v, 0) {
+					t.Errorf("W=%d %s: %s per task is %v, want a positive finite number", x.Workers, name, what, v)
+				}
+			}
+			// Every task is at least published (or inserted), claimed and
+			// completed: three writes.
+			if w := s.writesPerTask(); w < 3 {
+				t.Errorf("W=%d %s: %.2f writes per task, want at least 3", x.Workers, name, w)
+			}
+		}
+	}
+	for name, d := range map[string]time.Duration{
+		"Publish": rep.Publish.OneByOne, "PublishMany": rep.Publish.Many, "insertOne": rep.Publish.RawInsertOne, "upsert": rep.Publish.RawUpsertOne,
+		"insertMany": rep.Publish.RawInsertMany, "bulk upsert": rep.Publish.RawUpsertMany,
+	} {
+		if d <= 0 {
+			t.Errorf("publishing with %s took %v", name, d)
+		}
+	}
+	l := rep.Latency
+	if len(l.Poll) != cfg.Latency || len(l.Raw) != cfg.Latency {
+		t.Errorf("latency: %d polling and %d raw samples, want %d each", len(l.Poll), len(l.Raw), cfg.Latency)
+	}
+	if (l.Stream == nil) == (l.StreamNA == "") || (l.Stream != nil && len(l.Stream) != cfg.Latency) {
+		t.Errorf("latency: %d change-stream samples and n/a %q: want %d samples or a reason", len(l.Stream), l.StreamNA, cfg.Latency)
+	}
+	m := rep.Memory
+	for name, kb := range map[string]int64{"library idle": m.LibIdle, "library pending": m.LibPending, "raw idle": m.RawIdle, "raw pending": m.RawPending} {
+		if kb != rssUnknown && kb <= 0 {
+			t.Errorf("memory: %s RSS %d kB", name, kb)
+		}
+	}
+
+	var out bytes.Buffer
+	rep.print(&out)
+	text := out.String()
+	for _, want := range []string{"server", "flags", "end to end", "commands per task by name", "targets (", "latency", "RSS"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the report lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "NaN") {
+		t.Errorf("the report has NaN:\n%s", text)
+	}
+	t.Log("\n" + text)
+}
+
+// testWriter sends progress lines to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func TestParseFlags(t *testing.T) {
+	cfg, err := parseFlags([]string{"-tasks", "7", "-workers", "1, 3", "-capacity", "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Tasks != 7 || len(cfg.Workers) != 2 || cfg.Workers[1] != 3 || cfg.Capacity != 2 {
+		t.Errorf("parsed %+v", cfg)
+	}
+	if !strings.Contains(cfg.flags(), "-workers 1,3") {
+		t.Errorf("flags() = %q", cfg.flags())
+	}
+	for _, bad := range [][]string{{"-workers", "0"}, {"-workers", "x"}, {"-tasks", "0"}, {"-rate", "0"}, {"extra"}} {
+		if _, err := parseFlags(bad); err == nil {
+			t.Errorf("parseFlags(%q) succeeded", bad)
+		}
+	}
+}

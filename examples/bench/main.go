@@ -1,0 +1,258 @@
+// Command bench measures mscheduler against a plain driver loop doing the
+// same writes per task, on the same server in the same run, and prints every
+// figure with its ratio to that raw limit.
+//
+//	go run ./examples/bench [flags]
+//	MONGODB_URI=mongodb://host/?replicaSet=rs0 go run ./examples/bench -tasks 5000 -capacity 10
+//
+// Unless MONGODB_URI points at a server it starts the development server
+// (worker/devserver): FerretDB behind a front that serializes commands,
+// which scans the whole collection for every query and update that is not
+// by _id alone, so that a command costs about half a millisecond per
+// document in the collection. Its absolute speed says little about the
+// library; the ratios measured in the same run are what count. The defaults
+// are sized for it (a minute or two on 2 cores): few tasks per run, and 4
+// slots per consumer so that even 8 consumers have fewer slots than tasks.
+// Against a real server, raise -tasks.
+//
+// Phases, each on a fresh collection of the database "mscheduler_bench"
+// (dropped at the start and at the end; each collection is dropped once
+// its phase is done with it):
+//
+//  1. end to end, for each -workers W: publish -tasks tasks one by one, then
+//     W consumers (each its own client, its own worker id) of -capacity
+//     slots run a no-op handler until every task has succeeded. The raw
+//     limit inserts one document per task (a copy of one the library
+//     wrote), then W×capacity goroutines claim with findOneAndUpdate and
+//     complete with an update fenced on the run id. Each side runs -rounds
+//     times, alternating which goes first. Commands (by name) and this
+//     process's CPU time are counted for both;
+//  2. publishing: Publish one by one and PublishMany in batches, against
+//     insertOne and insertMany, and against the same upserts sent raw;
+//  3. publish-to-start latency while consumers wait, polling (default
+//     PollInterval) and, where the server has them, with change streams,
+//     against an insert followed at once by a claim;
+//  4. the resident memory of an idle worker process (this binary run
+//     again), with an empty collection and with -mem-pending tasks not yet
+//     due, against a process that polls with the raw claim.
+//
+// The last line states the targets and whether each was met. A missed
+// target is reported, not an error: the exit status is non-zero only when
+// the benchmark itself fails.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const database = "mscheduler_bench"
+
+// config sizes a run. The defaults finish in a minute or two on the
+// development server on a 2-core machine.
+type config struct {
+	// URI of the server; empty means MONGODB_URI, and if that is unset too,
+	// the development server.
+	URI string
+
+	Tasks    int   // end to end: tasks per run
+	Rounds   int   // end to end: runs per consumer count and side, alternating
+	Workers  []int // end to end: consumer counts to run
+	Capacity int   // slots per consumer
+
+	Publish int // publishing: tasks per method
+	Batch   int // publishing: PublishMany and insertMany batch size
+
+	Latency        int     // latency: tasks per mode
+	Rate           float64 // latency: tasks published per second
+	LatencyWorkers int     // latency: waiting consumers
+
+	MemPending int           // memory: not-yet-due tasks in the second measurement
+	MemSettle  time.Duration // memory: how long the worker runs before it is measured
+
+	Stall time.Duration // a phase with no progress for this long fails
+
+	// Progress receives one line per step; nil discards them.
+	Progress io.Writer
+}
+
+func defaultConfig() config {
+	return config{
+		Tasks:          60,
+		Rounds:         2,
+		Workers:        []int{1, 2, 4, 8},
+		Capacity:       4,
+		Publish:        200,
+		Batch:          100,
+		Latency:        40,
+		Rate:           10,
+		LatencyWorkers: 2,
+		MemPending:     10000,
+		MemSettle:      2 * time.Second,
+		Stall:          time.Minute,
+	}
+}
+
+// flags is the configuration as command-line flags, for the report header.
+func (c config) flags() string {
+	ws := make([]string, len(c.Workers))
+	for i, w := range c.Workers {
+		ws[i] = strconv.Itoa(w)
+	}
+	return fmt.Sprintf("-tasks %d -rounds %d -workers %s -capacity %d -publish %d -batch %d -latency %d -rate %g "+
+		"-latency-workers %d -mem-pending %d -mem-settle %s -stall %s",
+		c.Tasks, c.Rounds, strings.Join(ws, ","), c.Capacity, c.Publish, c.Batch, c.Latency, c.Rate,
+		c.LatencyWorkers, c.MemPending, c.MemSettle, c.Stall)
+}
+
+func (c config) validate() error {
+	switch {
+	case c.Tasks < 1, c.Rounds < 1, c.Capacity < 1, c.Publish < 1, c.Batch < 1, c.Latency < 1, c.LatencyWorkers < 1:
+		return fmt.Errorf("-tasks, -rounds, -capacity, -publish, -batch, -latency and -latency-workers must be at least 1")
+	case len(c.Workers) == 0:
+		return fmt.Errorf("-workers must name at least one consumer count")
+	case c.Rate <= 0:
+		return fmt.Errorf("-rate must be positive")
+	case c.MemPending < 0:
+		return fmt.Errorf("-mem-pending must not be negative")
+	case c.Stall <= 0:
+		return fmt.Errorf("-stall must be positive")
+	}
+	for _, w := range c.Workers {
+		if w < 1 {
+			return fmt.Errorf("-workers: %d is not a consumer count", w)
+		}
+	}
+	return nil
+}
+
+func parseFlags(args []string) (config, error) {
+	cfg := defaultConfig()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.IntVar(&cfg.Tasks, "tasks", cfg.Tasks, "end to end: tasks per run")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "end to end: runs of each side per consumer count, in the order raw, library, library, raw, ...")
+	workers := fs.String("workers", "1,2,4,8", "end to end: comma-separated consumer counts")
+	fs.IntVar(&cfg.Capacity, "capacity", cfg.Capacity, "slots per consumer (the raw loop runs workers×capacity goroutines)")
+	fs.IntVar(&cfg.Publish, "publish", cfg.Publish, "publishing: tasks per method")
+	fs.IntVar(&cfg.Batch, "batch", cfg.Batch, "publishing: PublishMany and insertMany batch size")
+	fs.IntVar(&cfg.Latency, "latency", cfg.Latency, "latency: tasks per mode")
+	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "latency: tasks published per second")
+	fs.IntVar(&cfg.LatencyWorkers, "latency-workers", cfg.LatencyWorkers, "latency: waiting consumers")
+	fs.IntVar(&cfg.MemPending, "mem-pending", cfg.MemPending, "memory: not-yet-due tasks in the collection")
+	fs.DurationVar(&cfg.MemSettle, "mem-settle", cfg.MemSettle, "memory: how long the worker runs before it is measured")
+	fs.DurationVar(&cfg.Stall, "stall", cfg.Stall, "fail a phase that makes no progress for this long")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	cfg.Workers = nil
+	for f := range strings.SplitSeq(*workers, ",") {
+		w, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return cfg, fmt.Errorf("-workers: %q is not a number", f)
+		}
+		cfg.Workers = append(cfg.Workers, w)
+	}
+	return cfg, cfg.validate()
+}
+
+func main() {
+	if isChild() {
+		os.Exit(childMain())
+	}
+	cfg, err := parseFlags(os.Args[1:])
+	if err == flag.ErrHelp {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	cfg.Progress = os.Stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	rep, err := run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: FAILED:", err)
+		os.Exit(1)
+	}
+	rep.print(os.Stdout)
+}
+
+// run runs every phase and returns what was measured.
+func run(ctx context.Context, cfg config) (*report, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	env, err := openEnv(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer env.close()
+
+	rep := newReport(cfg, env.server)
+	for _, w := range cfg.Workers {
+		x, err := endToEndRounds(ctx, env, w)
+		if err != nil {
+			return nil, err
+		}
+		rep.EndToEnd = append(rep.EndToEnd, x)
+	}
+	if rep.Publish, err = publishPhase(ctx, env); err != nil {
+		return nil, fmt.Errorf("publishing: %w", err)
+	}
+	if rep.Latency, err = latencyPhase(ctx, env); err != nil {
+		return nil, fmt.Errorf("latency: %w", err)
+	}
+	if rep.Memory, err = memoryPhase(ctx, env); err != nil {
+		return nil, fmt.Errorf("memory: %w", err)
+	}
+	rep.Wall = time.Since(rep.Started)
+	return rep, nil
+}
+
+// endToEndRounds runs the raw loop and the library cfg.Rounds times each
+// with w workers, alternating which goes first (raw, library, library,
+// raw, ...) so that a server that speeds up or slows down during the run
+// favours neither, and adds the rounds up.
+func endToEndRounds(ctx context.Context, env *env, w int) (endToEnd, error) {
+	x := endToEnd{Workers: w}
+	for r := range env.cfg.Rounds {
+		sides := []func() error{
+			func() error {
+				s, err := rawEndToEnd(ctx, env, w, r)
+				x.Raw = x.Raw.add(s)
+				if err != nil {
+					return fmt.Errorf("raw loop, %d workers: %w", w, err)
+				}
+				return nil
+			},
+			func() error {
+				s, err := libraryEndToEnd(ctx, env, w, r)
+				x.Library = x.Library.add(s)
+				if err != nil {
+					return fmt.Errorf("library, %d workers: %w", w, err)
+				}
+				return nil
+			},
+		}
+		if r%2 == 1 {
+			sides[0], sides[1] = sides[1], sides[0]
+		}
+		for _, side := range sides {
+			if err := side(); err != nil {
+				return x, err
+			}
+		}
+	}
+	return x, nil
+}
