@@ -108,8 +108,9 @@ func (p *Producer[P]) Publish(ctx context.Context, task Task[P], opts *PublishOp
 	return res[0], nil
 }
 
-// PublishMany publishes tasks in one round trip (two with ResetFinished),
-// returning one result per task in order. Every task is validated first: an
+// PublishMany publishes tasks in one insert, plus one bulk update of the
+// keys that already existed when opts asks for updates (and one read with
+// ResetFinished), returning one result per task in order. Every task is validated first: an
 // invalid one (named as tasks[i].Field) or a key given twice fails the whole
 // call and nothing is written.
 func (p *Producer[P]) PublishMany(ctx context.Context, tasks []Task[P], opts *PublishOpts) ([]PublishResult, error) {
@@ -137,23 +138,15 @@ func (p *Producer[P]) publish(ctx context.Context, tasks []Task[P], opts *Publis
 	if len(docs) == 0 {
 		return nil, nil
 	}
-	resettable := map[string]bool{}
-	if opts.ResetFinished {
-		if resettable, err = p.findResettable(ctx, docs); err != nil {
-			return nil, err
-		}
-	}
-	models := make([]mongo.WriteModel, len(docs))
-	for i, d := range docs {
-		if resettable[d.Key] {
-			models[i] = resetModel(d)
-		} else {
-			models[i] = upsertModel(d, opts)
-		}
-	}
-	outcomes, err := p.writeUpserts(ctx, models, docs)
+	outcomes, existing, err := p.insertNew(ctx, docs)
 	if err != nil {
 		return nil, err
+	}
+	resettable := map[string]bool{}
+	if len(existing) > 0 && (opts.UpdateParams || opts.MoveRunAt || opts.ResetFinished) {
+		if resettable, err = p.updateExisting(ctx, docs, existing, opts, outcomes); err != nil {
+			return nil, err
+		}
 	}
 	results := make([]PublishResult, len(docs))
 	for i, d := range docs {
@@ -197,6 +190,72 @@ func fieldName(prefixFormat string, i int, field string) string {
 		return field
 	}
 	return fmt.Sprintf(prefixFormat, i) + field
+}
+
+// insertNew inserts every task in one unordered insert: most publishes are
+// of new keys, and an insert is the cheapest write there is. A key that
+// exists fails on the primary key; such tasks are returned as existing,
+// their outcome still unchanged.
+func (p *Producer[P]) insertNew(ctx context.Context, docs []*taskDoc) ([]PublishOutcome, []int, error) {
+	outcomes := make([]PublishOutcome, len(docs))
+	for i := range outcomes {
+		outcomes[i] = PublishInserted
+	}
+	var err error
+	if len(docs) == 1 {
+		_, err = p.coll.InsertOne(ctx, docs[0])
+		if mongo.IsDuplicateKeyError(err) {
+			outcomes[0] = PublishUnchanged
+			return outcomes, []int{0}, nil
+		}
+	} else {
+		_, err = p.coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	}
+	duplicates, err := duplicateIndexes(err)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mscheduler: publish: %w", err)
+	}
+	var existing []int
+	for i := range docs {
+		if duplicates[i] {
+			outcomes[i] = PublishUnchanged
+			existing = append(existing, i)
+		}
+	}
+	return outcomes, existing, nil
+}
+
+// updateExisting applies opts to the tasks of docs that already existed,
+// in one bulk write (plus one read with ResetFinished), setting their
+// outcomes. It returns the keys that were reset.
+func (p *Producer[P]) updateExisting(ctx context.Context, docs []*taskDoc, existing []int, opts *PublishOpts, outcomes []PublishOutcome) (map[string]bool, error) {
+	subset := make([]*taskDoc, len(existing))
+	for j, i := range existing {
+		subset[j] = docs[i]
+	}
+	resettable := map[string]bool{}
+	var err error
+	if opts.ResetFinished {
+		if resettable, err = p.findResettable(ctx, subset); err != nil {
+			return nil, err
+		}
+	}
+	models := make([]mongo.WriteModel, len(subset))
+	for j, d := range subset {
+		if resettable[d.Key] {
+			models[j] = resetModel(d)
+		} else {
+			models[j] = upsertModel(d, opts)
+		}
+	}
+	got, err := p.writeUpserts(ctx, models, subset)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range existing {
+		outcomes[i] = got[j]
+	}
+	return resettable, nil
 }
 
 // findResettable returns the keys among docs whose task is finished with no
