@@ -86,7 +86,8 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 		c.loopError(ctx, err)
 		return
 	}
-	for n := 0; n < c.cfg.Capacity && ctx.Err() == nil && c.clock.Now().Before(st.sweepAt); n++ {
+	// At least one claim per pass, so that sweeps never starve claims.
+	for n := 0; n < c.cfg.Capacity && ctx.Err() == nil && (n == 0 || c.clock.Now().Before(st.sweepAt)); n++ {
 		if !c.slots.TryAcquire(1) {
 			return
 		}

@@ -127,6 +127,10 @@ func (p *pinger) pingDue(ctx context.Context) time.Time {
 	var g errgroup.Group
 	g.SetLimit(pingParallelism)
 	for _, r := range p.snapshot() {
+		if p.lapsed(r) {
+			p.lose(r, "lease lapsed before a ping could renew it")
+			continue
+		}
 		if r.nextPing.After(now) {
 			continue
 		}
@@ -136,11 +140,26 @@ func (p *pinger) pingDue(ctx context.Context) time.Time {
 	_ = g.Wait()
 	next := now.Add(time.Minute) // with no run, only a kick matters
 	for _, r := range p.snapshot() {
-		if r.nextPing.Before(next) {
-			next = r.nextPing
-		}
+		// A run's lease bounds the wait too: if its pings keep failing,
+		// its handler is cancelled when the lease lapses, not later.
+		next = minTime(next, r.nextPing, r.lease())
 	}
 	return next
+}
+
+// lapsed reports whether the run's lease has run out (to the millisecond
+// the server clock estimate is read at).
+func (p *pinger) lapsed(r *activeRun) bool {
+	return !p.clock.Now().Add(time.Millisecond).Before(r.lease())
+}
+
+func minTime(first time.Time, rest ...time.Time) time.Time {
+	for _, t := range rest {
+		if t.Before(first) {
+			first = t
+		}
+	}
+	return first
 }
 
 type pingReply struct {
@@ -163,8 +182,12 @@ func (r *pingReply) allows(workerID string, groups []string) bool {
 // sweeps raise. Which case holds is guessed from the last reply and the
 // other form is tried if the guess was wrong, so a ping is one command
 // except when the number of holders crosses one.
-func (p *pinger) ping(ctx context.Context, r *activeRun) {
+func (p *pinger) ping(parent context.Context, r *activeRun) {
 	now := p.clock.Now()
+	// A ping is worth nothing once the lease it renews has lapsed: waiting
+	// longer on an unreachable server would let the handler outlive it.
+	ctx, cancel := context.WithTimeout(parent, max(r.lease().Sub(now), time.Millisecond))
+	defer cancel()
 	lease := now.Add(r.workerTimeout)
 	reply, err := p.renew(ctx, r, lease, r.soleHolder)
 	if err == nil && reply == nil {
@@ -172,12 +195,12 @@ func (p *pinger) ping(ctx context.Context, r *activeRun) {
 	}
 	switch {
 	case err != nil:
-		if ctx.Err() != nil {
+		if parent.Err() != nil {
 			return
 		}
 		p.log.Warn("ping failed", "key", r.key, "run_id", r.runID, "error", err)
 		p.emit(Event{Kind: EventError, Key: r.key, RunID: r.runID, Err: err})
-		if !p.clock.Now().Before(r.lease()) {
+		if p.lapsed(r) {
 			p.lose(r, "pings failed until the lease lapsed")
 		}
 	case reply == nil:

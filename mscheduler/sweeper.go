@@ -25,8 +25,12 @@ func (c *Consumer[P, R]) sweepIfDue(ctx context.Context, st *claimState) {
 	if now.Before(st.sweepAt) {
 		return
 	}
-	st.sweepAt = now.Add(jitter(c.cfg.SweepInterval))
+	interval := jitter(c.cfg.SweepInterval)
+	st.sweepAt = now.Add(interval)
 	next, err := c.sweep(ctx, now, st.sweepAt)
+	// The interval counts from the sweep's end: a slow sweep (a slow
+	// server, many lapsed leases) must leave time for claims.
+	st.sweepAt = c.clock.Now().Add(interval)
 	if err != nil {
 		c.loopError(ctx, err)
 		return
