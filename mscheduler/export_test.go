@@ -1,6 +1,7 @@
 package mscheduler
 
 import (
+	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -35,4 +36,43 @@ func HotQueries(coll string, now time.Time) []HotQuery {
 		}}}},
 		{"filter by tag (find)", bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: fTags, Value: "reports"}}}}},
 	}
+}
+
+// BuildTaskDoc validates and builds the stored form of a task as Publish
+// does, at now, and checks the result the way a worker reads it back.
+func BuildTaskDoc[P any](t Task[P], now time.Time) error {
+	d, err := newTaskDoc(&t, TaskDefaults{}.withDefaults(), now, "")
+	if err != nil {
+		return err
+	}
+	raw, err := bson.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("encode: %w", err)
+	}
+	back := decodeClaimed(raw, "w")
+	if back.corrupt != nil {
+		return fmt.Errorf("a published document does not decode: %w", back.corrupt)
+	}
+	if err := back.validate(); err != nil {
+		return fmt.Errorf("a published document fails validation: %w", err)
+	}
+	if back.Free != back.Concurrency && back.Status != StatusFinished {
+		return fmt.Errorf("free %d != concurrency %d", back.Free, back.Concurrency)
+	}
+	if back.Plan != nil && back.Status == StatusPending && back.RunAt.Before(back.Plan.Planned) {
+		return fmt.Errorf("run_at %s before the planned time %s", back.RunAt, back.Plan.Planned)
+	}
+	return nil
+}
+
+// DecodeForRun decodes a claimed document as a worker does and builds the
+// handler's task from it; it reports whether the run could go ahead, and
+// fails (it does not panic) on any document.
+func DecodeForRun(raw []byte) (ok bool, err error) {
+	doc := decodeClaimed(bson.Raw(raw), "w")
+	_, err = decodeTask[map[string]any](doc, &activeRun{runID: "r"})
+	if err == nil && doc.Plan != nil {
+		_ = newPlanAdvance(doc, time.Now(), time.Now())
+	}
+	return err == nil, err
 }
