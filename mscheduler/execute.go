@@ -184,6 +184,7 @@ func decodeTask[P any](doc *taskDoc, r *activeRun) (*Task[P], error) {
 		MaxRetries:      doc.MaxRetries,
 		RetryDelay:      fromMS(doc.RetryDelayMS),
 		MaxFailedRuns:   doc.MaxFailedRuns,
+		Timeout:         fromMS(doc.TimeoutMS),
 		Description:     doc.Description,
 		Source:          doc.Source,
 		Tags:            doc.Tags,

@@ -1,0 +1,111 @@
+package mscheduler_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// TestMetadataRoundTrip: description, source and tags set at publish are
+// read back, updated, and filtered on (tags through their index).
+func TestMetadataRoundTrip(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, &mscheduler.ProducerConfig{Defaults: mscheduler.TaskDefaults{Source: "billing-api"}})
+	_, err := p.PublishMany(ctxT(t), []mscheduler.Task[int]{
+		{Key: "a", Description: "monthly report", Tags: []string{"reports", "monthly"}},
+		{Key: "b", Description: "daily report", Tags: []string{"reports"}, Source: "cron-host"},
+		{Key: "c", Tags: []string{"email"}},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := p.Get(ctxT(t), "a")
+	if err != nil || a.Task.Description != "monthly report" || a.Task.Source != "billing-api" || !slices.Equal(a.Task.Tags, []string{"reports", "monthly"}) || a.Status != mscheduler.StatusPending {
+		t.Fatalf("Get(a) = %+v, %v", a, err)
+	}
+	if err := p.Update(ctxT(t), "c", mscheduler.TaskUpdate{Description: ptr("welcome mail"), Tags: ptr([]string{"email", "reports"})}); err != nil {
+		t.Fatal(err)
+	}
+	reports, err := p.List(ctxT(t), mscheduler.ListOpts{Tags: []string{"reports"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, r := range reports {
+		keys = append(keys, r.Task.Key)
+	}
+	if !slices.Equal(keys, []string{"a", "b", "c"}) {
+		t.Fatalf("tasks tagged reports = %v, want a b c", keys)
+	}
+	if both, _ := p.List(ctxT(t), mscheduler.ListOpts{Tags: []string{"reports", "monthly"}}); len(both) != 1 || both[0].Task.Key != "a" {
+		t.Fatalf("tasks tagged reports and monthly = %+v, want a", both)
+	}
+	if c, _ := p.Get(ctxT(t), "c"); c.Task.Description != "welcome mail" || c.Task.Source != "billing-api" {
+		t.Fatalf("c after update = %+v", c.Task)
+	}
+	if _, err := p.Get(ctxT(t), "nope"); !errors.Is(err, mscheduler.ErrNotFound) {
+		t.Fatalf("Get of a missing key: %v, want ErrNotFound", err)
+	}
+	before := readTask(t, coll, "a")
+	wantInvalid(t, p.Update(ctxT(t), "a", mscheduler.TaskUpdate{Tags: ptr([]string{""})}), "Tags[0]")
+	wantInvalid(t, p.Update(ctxT(t), "a", mscheduler.TaskUpdate{PingInterval: ptr(time.Hour)}), "PingInterval")
+	wantInvalid(t, p.Update(ctxT(t), "a", mscheduler.TaskUpdate{Concurrency: ptr(0)}), "Concurrency")
+	if after := readTask(t, coll, "a"); after.RunAt != before.RunAt || after.Free != before.Free {
+		t.Fatalf("a refused update wrote: %+v -> %+v", before, after)
+	}
+}
+
+// TestConcurrencyChangeWhileRunning: lowering concurrency below the runs
+// going starts no new run and cancels none; raising it again makes the
+// task claimable for the missing successes.
+func TestConcurrencyChangeWhileRunning(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", Concurrency: 3}, nil); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	handler := func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+		if task.Key == "k" {
+			<-release
+		}
+		return 0, nil
+	}
+	ev := mschedulertest.NewEvents()
+	for _, w := range []string{"w1", "w2"} {
+		cfg := fastConfig(w, ev)
+		cfg.Capacity = 1
+		startConsumer(t, coll, handler, cfg)
+	}
+	ev.WaitCount(t, mscheduler.EventClaimed, 2)
+	if err := p.Update(ctxT(t), "k", mscheduler.TaskUpdate{Concurrency: ptr(1)}); err != nil {
+		t.Fatal(err)
+	}
+	startConsumer(t, coll, handler, fastConfig("w3", ev))
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "probe", WorkerIDs: []string{"w3"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1) // w3 polled and ran the probe
+	if st := readTask(t, coll, "k"); st.Running != 2 || len(st.Holders) != 2 {
+		t.Fatalf("after lowering concurrency: %+v, want the 2 runs going and no third", st)
+	}
+	close(release)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 3)
+	if st := readTask(t, coll, "k"); st.Status != "succeeded" || st.Succeeded != 2 {
+		t.Fatalf("after the runs ended: %+v, want succeeded with both successes", st)
+	}
+	if err := p.Update(ctxT(t), "k", mscheduler.TaskUpdate{Concurrency: ptr(3)}); err != nil {
+		t.Fatal(err)
+	}
+	ev.WaitCount(t, mscheduler.EventSucceeded, 4)
+	if st := readTask(t, coll, "k"); st.Status != "succeeded" || st.Succeeded != 3 || st.Free != 0 {
+		t.Fatalf("after raising concurrency: %+v, want a third success", st)
+	}
+}
