@@ -255,7 +255,9 @@ func (c *Consumer[P, R]) WorkerID() string { return c.cfg.WorkerID }
 // local one.
 func (c *Consumer[P, R]) ClockOffset() time.Duration { return c.clock.Offset() }
 
-// Start measures the server clock, opens the change stream if the server
+// Start checks the collection's schema version (see [EnsureIndexes]: a
+// newer one is refused, an older one migrated), measures the server clock,
+// opens the change stream if the server
 // has one, and starts claiming in the background. ctx bounds only this
 // start-up; the consumer runs until Stop.
 func (c *Consumer[P, R]) Start(ctx context.Context) error {
@@ -268,6 +270,9 @@ func (c *Consumer[P, R]) Start(ctx context.Context) error {
 		return errors.New("mscheduler: consumer already started")
 	}
 	if err := c.clock.ensure(ctx, c.coll.Database()); err != nil {
+		return err
+	}
+	if err := ensureSchema(ctx, c.coll); err != nil {
 		return err
 	}
 	c.fetchCtx, c.fetchCancel = context.WithCancel(context.Background())

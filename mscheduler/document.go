@@ -6,10 +6,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// SchemaVersion is the version of the task document layout written by this
-// library.
-const SchemaVersion = 1
-
 // Field names of the task document. Queries and updates name fields only
 // through these, so that the schema documented in the README has one source.
 const (

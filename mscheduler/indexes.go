@@ -26,12 +26,18 @@ func indexModels() []mongo.IndexModel {
 	}
 }
 
-// EnsureIndexes creates every index the library's queries need on coll. It
-// is idempotent and safe to call from every process at start-up.
+// EnsureIndexes checks the collection's schema version, migrates a
+// collection written by an older version, and creates every index the
+// library's queries need. It is idempotent and safe to call from every
+// process at start-up. A collection written by a newer version is refused
+// with a *SchemaError, and nothing is written.
 //
 // Indexes are created one per command: the development server fails a
 // createIndexes that names several existing indexes.
 func EnsureIndexes(ctx context.Context, coll *mongo.Collection) error {
+	if err := ensureSchema(ctx, coll); err != nil {
+		return err
+	}
 	for _, m := range indexModels() {
 		if _, err := coll.Indexes().CreateOne(ctx, m); err != nil {
 			return fmt.Errorf("mscheduler: create indexes on %s: %w", coll.Name(), err)

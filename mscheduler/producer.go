@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -47,6 +48,9 @@ type Producer[P any] struct {
 	coll  *mongo.Collection
 	cfg   *ProducerConfig
 	clock *serverClock
+	// schemaChecked is set by the first publish that found the collection
+	// at this library's schema version; read by every publish.
+	schemaChecked atomic.Bool
 }
 
 // NewProducer returns a producer for coll. It does no I/O.
@@ -123,6 +127,12 @@ func (p *Producer[P]) publish(ctx context.Context, tasks []Task[P], opts *Publis
 	}
 	if err := p.clock.ensure(ctx, p.coll.Database()); err != nil {
 		return nil, err
+	}
+	if !p.schemaChecked.Load() {
+		if err := ensureSchema(ctx, p.coll); err != nil {
+			return nil, err
+		}
+		p.schemaChecked.Store(true)
 	}
 	docs, err := p.buildDocs(tasks, prefixFormat)
 	if err != nil {

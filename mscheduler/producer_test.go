@@ -49,7 +49,7 @@ func TestPublishStoresDefaultsAndSchema(t *testing.T) {
 	want := map[string]any{
 		"status": "pending", "priority": int32(3), "concurrency": int32(1), "free": int32(1),
 		"ping_interval_ms": int64(10000), "worker_timeout_ms": int64(30000), "max_retries": int32(2),
-		"retry_delay_ms": int64(1000), "max_failed_runs": int32(3), "schema": int32(1), "source": "billing",
+		"retry_delay_ms": int64(1000), "max_failed_runs": int32(3), "schema": int32(mscheduler.SchemaVersion), "source": "billing",
 	}
 	for field, v := range want {
 		if got := doc[field]; got != v {

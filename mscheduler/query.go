@@ -32,6 +32,7 @@ func eligibleFilter(workerID string, groups []string, exclude []string) bson.D {
 		{Key: holderPath(workerID), Value: op("$exists", false)},
 		{Key: fDoneBy, Value: op("$ne", workerID)},
 		{Key: fPaused, Value: op("$ne", true)},
+		{Key: fSchema, Value: op("$lte", SchemaVersion)}, // never misread a newer layout
 		{Key: "$and", Value: bson.A{
 			op("$or", bson.A{
 				op(fWorkerIDs, op("$exists", false)),

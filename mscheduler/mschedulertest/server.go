@@ -116,7 +116,10 @@ func CollectionOf(t testing.TB, c *mongo.Client) *mongo.Collection {
 	t.Helper()
 	name := Name(t)
 	coll := c.Database(Database).Collection(name)
-	t.Cleanup(func() { _ = coll.Drop(context.Background()) })
+	t.Cleanup(func() {
+		_ = coll.Drop(context.Background())
+		_ = c.Database(Database).Collection(name + ".meta").Drop(context.Background()) // its schema metadata
+	})
 	return coll
 }
 
