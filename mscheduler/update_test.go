@@ -109,3 +109,33 @@ func TestConcurrencyChangeWhileRunning(t *testing.T) {
 		t.Fatalf("after raising concurrency: %+v, want a third success", st)
 	}
 }
+
+// TestRaisedConcurrencyWakesWaitingWorker: with change streams, a worker
+// that polls once an hour claims the slot a concurrency raise opens at
+// once, woken by the change. (Without change streams the next poll finds
+// it; the development server has none, so there this test skips.)
+func TestRaisedConcurrencyWakesWaitingWorker(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	if !mschedulertest.HasChangeStreams(ctxT(t), coll) {
+		t.Skip("this server has no change streams; waking on a change needs a replica set (set MONGODB_URI)")
+	}
+	p := newProducer[int](t, coll, nil)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", Concurrency: 1, DistinctWorkers: true}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev := mschedulertest.NewEvents()
+	first := fastConfig("first", ev)
+	startConsumer(t, coll, func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }, first)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
+	waiting := fastConfig("waiting", ev)
+	waiting.Discovery = mscheduler.DiscoveryChangeStream
+	waiting.PollInterval, waiting.ChangeStreamPollInterval = time.Hour, time.Hour
+	startConsumer(t, coll, func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }, waiting)
+	if err := p.Update(ctxT(t), "k", mscheduler.TaskUpdate{Concurrency: ptr(2)}); err != nil {
+		t.Fatal(err)
+	}
+	ev.WaitCountWithin(t, 30*time.Second, mscheduler.EventSucceeded, 2) // an hour's poll would fail this
+	if st := readTask(t, coll, "k"); st.Succeeded != 2 || st.Runs[1].WorkerID != "waiting" {
+		t.Fatalf("task = %+v, want the waiting worker's success", st)
+	}
+}
