@@ -8,7 +8,7 @@
 // temporary directory on a fixed free port, unless MONGODB_URI names a
 // server: then it uses that one and skips the server restart. It publishes
 // tasks of every kind into one collection: quick ones (10-50 ms); slow ones
-// (1-3 s, pinged every 200 ms, leased for 1 s); ones that fail their first
+// (1-3 s, pinged every 250 ms, leased for 2.5 s); ones that fail their first
 // attempt and succeed on a local retry; ones that always fail (they must end
 // failed after MaxFailedRuns); ones with Concurrency 2, half of them with
 // DistinctWorkers; and recurring ones (every second, 8-10 runs, priority 1 so
@@ -23,7 +23,7 @@
 // slots always runs with its clock 30 s fast (ConsumerConfig.Clock). Every
 // 2-4 s (randomized from a seed that is logged), the soak SIGKILLs a random
 // worker and starts a new one in its slot. Once, about mid-run, it kills the
-// development server, keeps it down for 3 s (longer than the 1 s leases), and
+// development server, keeps it down for 3 s (longer than the 2.5 s leases), and
 // starts it again on the same data directory and address. Workers exit when
 // their standard input closes, so a dying test leaves none behind; the server
 // dies with the test too (Pdeathsig).

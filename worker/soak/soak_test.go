@@ -53,7 +53,7 @@ type mix struct {
 	// archive moves final tasks out of the collection (a snapshot is kept
 	// for the checks), so that the development server, which scans the
 	// collection for every query but one by _id alone, stays fast enough
-	// for 1 s leases. The next wave is published once no more than a wave
+	// for short leases. The next wave is published once no more than a wave
 	// of tasks is left in the collection.
 	archive bool
 }
@@ -83,8 +83,13 @@ const (
 	archiveBatch  = 200
 	soakDatabase  = "mscheduler_soak"
 	serverStartup = 15 * time.Minute // a first build of the development server takes minutes
+	// soakLease is the lease of the slow and concurrency-2 tasks: short, so
+	// that killed runs are taken over fast, yet well above the latency of
+	// the development server's commands when CI loads both CPUs (a ping
+	// slower than the lease left to it loses the run, as it must).
+	soakLease = 2500 * time.Millisecond
 	// serverDown is how long the killed server stays down: longer than the
-	// 1 s leases, so that live workers' pings fail until their leases lapse.
+	// leases, so that live workers' pings fail until their leases lapse.
 	serverDown = 3 * time.Second
 )
 
@@ -139,7 +144,7 @@ func buildTasks(m mix, rng *rand.Rand) ([]plannedTask, map[string]spec) {
 	})
 	add(kindSlow, m.slow, func(t *mscheduler.Task[params], _ *spec) {
 		t.Params.DurMS = 1000 + rng.IntN(2001)
-		t.PingInterval, t.WorkerTimeout = 200*time.Millisecond, time.Second
+		t.PingInterval, t.WorkerTimeout = 250*time.Millisecond, soakLease
 	})
 	add(kindRetry, m.retry, func(t *mscheduler.Task[params], _ *spec) {
 		t.Params.DurMS = quickMS()
@@ -156,7 +161,7 @@ func buildTasks(m mix, rng *rand.Rand) ([]plannedTask, map[string]spec) {
 		}
 		add(kind, n, func(t *mscheduler.Task[params], s *spec) {
 			t.Params.DurMS = 200 + rng.IntN(601)
-			t.PingInterval, t.WorkerTimeout = 200*time.Millisecond, time.Second
+			t.PingInterval, t.WorkerTimeout = 250*time.Millisecond, soakLease
 			t.Concurrency, t.DistinctWorkers = 2, kind == kindDistinct
 			s.concurrency, s.distinct = 2, t.DistinctWorkers
 		})
