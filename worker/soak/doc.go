@@ -2,7 +2,7 @@
 // worker runtime. It has no API; its code is its test, TestSoak:
 //
 //	go test -race ./worker/soak -run TestSoak -v              # short form: 150 tasks, 1.5-2.5 minutes
-//	go test -race ./worker/soak -run TestSoak -v -soak.long   # long form: 1,000 tasks, about 10 minutes
+//	go test -race ./worker/soak -run TestSoak -v -soak.long   # long form: 1,000 tasks, about 5 minutes
 //
 // The soak starts its own development server (worker/devserver) in a
 // temporary directory on a fixed free port, unless MONGODB_URI names a
