@@ -28,43 +28,58 @@ func (p *Producer[P]) Pause(ctx context.Context, key string) error {
 	return nil
 }
 
-// resumeTries bounds how often Resume reads again after a concurrent write.
-const resumeTries = 5
-
 // Resume lets a paused task run again; on a task that is not paused it does
 // nothing. A task with a plan continues from its first planned time after
 // now; the planned times that passed while it was paused are counted as
 // skipped (if none is left, the plan finishes). It returns [ErrNotFound] if
 // no task has the key.
 func (p *Producer[P]) Resume(ctx context.Context, key string) error {
+	return p.rewrite(ctx, key, "resume", func(doc *taskDoc, now time.Time) (bson.D, error) {
+		if !doc.Paused {
+			return nil, nil
+		}
+		update, err := resumeUpdate(doc, now)
+		if err != nil {
+			return nil, fmt.Errorf("mscheduler: resume %q: %w", key, err)
+		}
+		return update, nil
+	})
+}
+
+// rewriteTries bounds how often a rewrite reads again after a concurrent
+// write.
+const rewriteTries = 5
+
+// rewrite reads the task, builds a write from what it read, and applies it
+// fenced on the task's rev, reading again when a concurrent write moved the
+// task. A nil write means there is nothing to do; an error from build is
+// returned as it is, and nothing is written.
+func (p *Producer[P]) rewrite(ctx context.Context, key, verb string, build func(doc *taskDoc, now time.Time) (bson.D, error)) error {
 	if err := p.clock.ensure(ctx, p.coll.Database()); err != nil {
 		return err
 	}
-	for try := 0; try < resumeTries; try++ {
+	for try := 0; try < rewriteTries; try++ {
 		var doc taskDoc
 		err := p.coll.FindOne(ctx, bson.D{{Key: fID, Value: key}}, options.FindOne().SetProjection(bson.D{{Key: fRuns, Value: 0}, {Key: fParams, Value: 0}})).Decode(&doc)
 		if errors.Is(err, mongo.ErrNoDocuments) {
-			return fmt.Errorf("mscheduler: resume %q: %w", key, ErrNotFound)
+			return fmt.Errorf("mscheduler: %s %q: %w", verb, key, ErrNotFound)
 		}
 		if err != nil {
-			return fmt.Errorf("mscheduler: resume %q: %w", key, err)
+			return fmt.Errorf("mscheduler: %s %q: %w", verb, key, err)
 		}
-		if !doc.Paused {
-			return nil
-		}
-		update, err := resumeUpdate(&doc, p.clock.Now())
-		if err != nil {
-			return fmt.Errorf("mscheduler: resume %q: %w", key, err)
+		update, err := build(&doc, p.clock.Now())
+		if err != nil || update == nil {
+			return err
 		}
 		res, err := p.coll.UpdateOne(ctx, bson.D{{Key: fID, Value: key}, {Key: fRev, Value: doc.Rev}}, update)
 		if err != nil {
-			return fmt.Errorf("mscheduler: resume %q: %w", key, err)
+			return fmt.Errorf("mscheduler: %s %q: %w", verb, key, err)
 		}
 		if res.MatchedCount > 0 {
 			return nil
 		}
 	}
-	return fmt.Errorf("mscheduler: resume %q: the task kept changing; try again", key)
+	return fmt.Errorf("mscheduler: %s %q: the task kept changing; try again", verb, key)
 }
 
 // resumeUpdate unpauses the task and, for a plan whose current planned time

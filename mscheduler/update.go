@@ -2,13 +2,10 @@ package mscheduler
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // TaskUpdate changes the options and metadata of an existing task. Nil
@@ -33,9 +30,6 @@ type TaskUpdate struct {
 	Tags          *[]string
 }
 
-// updateTries bounds how often Update reads again after a concurrent write.
-const updateTries = 5
-
 // Update applies u to the task with the key, in one write fenced on what it
 // read. An invalid change returns an *InvalidError naming the field, and
 // nothing is written. Concurrency moves the free slots with it: raising it
@@ -44,31 +38,7 @@ const updateTries = 5
 // already has enough successes is succeeded, one that needs more is pending
 // again. It returns [ErrNotFound] if no task has the key.
 func (p *Producer[P]) Update(ctx context.Context, key string, u TaskUpdate) error {
-	if err := p.clock.ensure(ctx, p.coll.Database()); err != nil {
-		return err
-	}
-	for try := 0; try < updateTries; try++ {
-		var doc taskDoc
-		err := p.coll.FindOne(ctx, bson.D{{Key: fID, Value: key}}, options.FindOne().SetProjection(bson.D{{Key: fRuns, Value: 0}, {Key: fParams, Value: 0}})).Decode(&doc)
-		if errors.Is(err, mongo.ErrNoDocuments) {
-			return fmt.Errorf("mscheduler: update %q: %w", key, ErrNotFound)
-		}
-		if err != nil {
-			return fmt.Errorf("mscheduler: update %q: %w", key, err)
-		}
-		update, err := u.build(&doc, p.clock.Now())
-		if err != nil {
-			return err
-		}
-		res, err := p.coll.UpdateOne(ctx, bson.D{{Key: fID, Value: key}, {Key: fRev, Value: doc.Rev}}, update)
-		if err != nil {
-			return fmt.Errorf("mscheduler: update %q: %w", key, err)
-		}
-		if res.MatchedCount > 0 {
-			return nil
-		}
-	}
-	return fmt.Errorf("mscheduler: update %q: the task kept changing; try again", key)
+	return p.rewrite(ctx, key, "update", u.build)
 }
 
 // build validates the update against the task as read and returns the
