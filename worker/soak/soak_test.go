@@ -272,14 +272,14 @@ func (s *server) restart() (time.Duration, error) {
 	if err := old.Kill(); err != nil {
 		return 0, err
 	}
-	_ = old.Stop() // reports nothing after Kill; removes nothing (Dir was given)
-	time.Sleep(serverDown)
+	_ = old.Stop()         // reports nothing after Kill; removes nothing (Dir was given)
+	time.Sleep(serverDown) // the outage itself: its length is the fault, not a wait for something
 	var err error
 	for try := 0; try < 5; try++ {
 		if err = s.start(); err == nil {
 			return time.Since(began), nil
 		}
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // back off before the next start attempt
 	}
 	return time.Since(began), fmt.Errorf("start the development server again on %s: %w", s.addr, err)
 }
@@ -292,9 +292,6 @@ type faults struct {
 }
 
 func TestSoak(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the soak takes minutes; it does not run with -short")
-	}
 	m := shortMix
 	form := "short"
 	if *longFlag {
