@@ -213,11 +213,14 @@ type Consumer[P, R any] struct {
 	workCancel  context.CancelCauseFunc
 	loops       sync.WaitGroup // claim loop, watcher, pinger
 
-	lifeMu   sync.Mutex // guards started and stopped
-	started  bool
-	stopped  bool
-	stopOnce sync.Once
-	stopErr  error
+	lifeMu  sync.Mutex // guards started, stopped and unsubscribe
+	started bool
+	stopped bool
+	// unsubscribe ends the wakes from producers of this process (set by
+	// Start, called by stop).
+	unsubscribe func()
+	stopOnce    sync.Once
+	stopErr     error
 
 	watching watchState // written by the watcher, read by the claim loop
 	caps     capabilities
@@ -284,6 +287,7 @@ func (c *Consumer[P, R]) Start(ctx context.Context) error {
 		return err
 	}
 	c.started = true
+	c.unsubscribe = localWakes.subscribe(namespaceOf(c.coll), c.wakeCh)
 	c.loops.Add(2)
 	go func() { defer c.loops.Done(); c.pinger.loop(c.workCtx) }()
 	go func() { defer c.loops.Done(); c.claimLoop(c.fetchCtx) }()
@@ -313,6 +317,7 @@ func (c *Consumer[P, R]) stop(ctx context.Context) error {
 	if !started {
 		return nil
 	}
+	c.unsubscribe()
 	c.fetchCancel()
 	if err := c.slots.Acquire(ctx, int64(c.cfg.Capacity)); err != nil {
 		c.workCancel(ErrShutdown)

@@ -76,6 +76,7 @@ func (p *Producer[P]) rewrite(ctx context.Context, key, verb string, build func(
 			return fmt.Errorf("mscheduler: %s %q: %w", verb, key, err)
 		}
 		if res.MatchedCount > 0 {
+			localWakes.notify(namespaceOf(p.coll))
 			return nil
 		}
 	}

@@ -158,6 +158,7 @@ func (p *Producer[P]) publish(ctx context.Context, tasks []Task[P], opts *Publis
 			return nil, err
 		}
 	}
+	localWakes.notify(namespaceOf(p.coll))
 	results := make([]PublishResult, len(docs))
 	for i, d := range docs {
 		outcome := outcomes[i]

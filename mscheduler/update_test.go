@@ -110,27 +110,45 @@ func TestConcurrencyChangeWhileRunning(t *testing.T) {
 	}
 }
 
-// TestRaisedConcurrencyWakesWaitingWorker: with change streams, a worker
-// that polls once an hour claims the slot a concurrency raise opens at
-// once, woken by the change. (Without change streams the next poll finds
-// it; the development server has none, so there this test skips.)
+// TestRaisedConcurrencyWakesWaitingWorker: a worker that polls and sweeps
+// once an hour, and has looked and found nothing, claims the slot a
+// concurrency raise opens at once, woken by the producer of its own process
+// (its own client), on any server.
 func TestRaisedConcurrencyWakesWaitingWorker(t *testing.T) {
-	coll := mschedulertest.Collection(t)
-	if !mschedulertest.HasChangeStreams(ctxT(t), coll) {
-		t.Skip("this server has no change streams; waking on a change needs a replica set (set MONGODB_URI)")
+	testRaiseWakes(t, true, mscheduler.DiscoveryAuto)
+}
+
+// TestRaisedConcurrencyWakesWorkerOfAnotherProcess: the same through a
+// producer on another client, which only a change stream can carry.
+func TestRaisedConcurrencyWakesWorkerOfAnotherProcess(t *testing.T) {
+	if !mschedulertest.HasChangeStreams(ctxT(t), mschedulertest.Collection(t)) {
+		t.Skip("this server has no change streams; waking another process's worker on a change needs a replica set (set MONGODB_URI)")
 	}
-	p := newProducer[int](t, coll, nil)
-	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", Concurrency: 1, DistinctWorkers: true}, nil); err != nil {
+	testRaiseWakes(t, false, mscheduler.DiscoveryChangeStream)
+}
+
+func testRaiseWakes(t *testing.T, sameClient bool, discovery mscheduler.Discovery) {
+	coll := mschedulertest.Collection(t)
+	if _, err := newProducer[int](t, coll, nil).Publish(ctxT(t), mscheduler.Task[int]{Key: "k", Concurrency: 1, DistinctWorkers: true}, nil); err != nil {
 		t.Fatal(err)
 	}
 	ev := mschedulertest.NewEvents()
-	first := fastConfig("first", ev)
-	startConsumer(t, coll, func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }, first)
+	startConsumer(t, coll, func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }, fastConfig("first", ev))
 	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
+
+	// The waiting worker has its own client, watched so that the raise comes
+	// after its first claim found nothing; it could not come earlier, or
+	// that first claim would take the slot without any wake.
+	own, claimTried := watchedCollection(t)
 	waiting := fastConfig("waiting", ev)
-	waiting.Discovery = mscheduler.DiscoveryChangeStream
-	waiting.PollInterval, waiting.ChangeStreamPollInterval = time.Hour, time.Hour
-	startConsumer(t, coll, func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }, waiting)
+	waiting.Discovery = discovery
+	waiting.PollInterval, waiting.ChangeStreamPollInterval, waiting.SweepInterval = time.Hour, time.Hour, time.Hour
+	startConsumer(t, own, func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }, waiting)
+	waitSignal(t, claimTried, "the waiting worker never tried to claim")
+	p := newProducer[int](t, coll, nil)
+	if sameClient {
+		p = newProducer[int](t, own, nil)
+	}
 	if err := p.Update(ctxT(t), "k", mscheduler.TaskUpdate{Concurrency: ptr(2)}); err != nil {
 		t.Fatal(err)
 	}
