@@ -15,6 +15,9 @@ import (
 // of a paused task's plan keep passing: they are counted as skipped when it
 // resumes. It returns [ErrNotFound] if no task has the key.
 func (p *Producer[P]) Pause(ctx context.Context, key string) error {
+	if err := p.checkSchema(ctx); err != nil {
+		return err
+	}
 	res, err := p.coll.UpdateOne(ctx, bson.D{{Key: fID, Value: key}}, bson.D{
 		{Key: "$set", Value: bson.D{{Key: fPaused, Value: true}, {Key: fUpdatedAt, Value: p.clock.Now()}}},
 		{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}},
@@ -56,6 +59,9 @@ const rewriteTries = 5
 // returned as it is, and nothing is written.
 func (p *Producer[P]) rewrite(ctx context.Context, key, verb string, build func(doc *taskDoc, now time.Time) (bson.D, error)) error {
 	if err := p.clock.ensure(ctx, p.coll.Database()); err != nil {
+		return err
+	}
+	if err := p.checkSchema(ctx); err != nil {
 		return err
 	}
 	for try := 0; try < rewriteTries; try++ {
@@ -123,6 +129,9 @@ const SkipNextMax = 10_000
 func (p *Producer[P]) SkipNext(ctx context.Context, key string, n int) error {
 	if n < 0 || n > SkipNextMax {
 		return invalid("n", "must be from 0 to %d, got %d", SkipNextMax, n)
+	}
+	if err := p.checkSchema(ctx); err != nil {
+		return err
 	}
 	res, err := p.coll.UpdateOne(ctx, bson.D{{Key: fID, Value: key}, {Key: fPlan, Value: op("$type", "object")}}, bson.D{
 		{Key: "$set", Value: bson.D{{Key: pSkipNext, Value: n}, {Key: fUpdatedAt, Value: p.clock.Now()}}},

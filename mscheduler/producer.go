@@ -128,11 +128,8 @@ func (p *Producer[P]) publish(ctx context.Context, tasks []Task[P], opts *Publis
 	if err := p.clock.ensure(ctx, p.coll.Database()); err != nil {
 		return nil, err
 	}
-	if !p.schemaChecked.Load() {
-		if err := ensureSchema(ctx, p.coll); err != nil {
-			return nil, err
-		}
-		p.schemaChecked.Store(true)
+	if err := p.checkSchema(ctx); err != nil {
+		return nil, err
 	}
 	docs, err := p.buildDocs(tasks, prefixFormat)
 	if err != nil {
@@ -171,6 +168,19 @@ func (p *Producer[P]) publish(ctx context.Context, tasks []Task[P], opts *Publis
 		results[i] = PublishResult{Key: d.Key, Outcome: outcome}
 	}
 	return results, nil
+}
+
+// checkSchema brings the collection to this library's schema version, or
+// refuses a newer one, once per producer: before its first write.
+func (p *Producer[P]) checkSchema(ctx context.Context) error {
+	if p.schemaChecked.Load() {
+		return nil
+	}
+	if err := ensureSchema(ctx, p.coll); err != nil {
+		return err
+	}
+	p.schemaChecked.Store(true)
+	return nil
 }
 
 func (p *Producer[P]) buildDocs(tasks []Task[P], prefixFormat string) ([]*taskDoc, error) {

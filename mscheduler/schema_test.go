@@ -22,7 +22,7 @@ func metaOf(coll *mongo.Collection) *mongo.Collection {
 }
 
 // TestNewerSchemaIsRefused: a collection stamped by a newer library is
-// refused by EnsureIndexes, a consumer's start and a publish, with an error
+// refused by EnsureIndexes, a consumer's start, a publish and every edit, with an error
 // naming both versions, and nothing is written.
 func TestNewerSchemaIsRefused(t *testing.T) {
 	coll := mschedulertest.Collection(t)
@@ -52,6 +52,10 @@ func TestNewerSchemaIsRefused(t *testing.T) {
 	}
 	_, err = p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k"}, nil)
 	check("Publish", err)
+	check("Update", p.Update(ctxT(t), "k", mscheduler.TaskUpdate{Description: ptr("d")}))
+	check("Pause", p.Pause(ctxT(t), "k"))
+	check("Resume", p.Resume(ctxT(t), "k"))
+	check("SkipNext", p.SkipNext(ctxT(t), "k", 1))
 	if n := countDocs(t, coll, bson.D{}); n != 0 {
 		t.Fatalf("%d documents written to a newer collection", n)
 	}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strconv"
+)
+
+func runPause(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error {
+	return c.onKey(ctx, fs, args, "pause", "paused", c.pause)
+}
+
+func runResume(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error {
+	return c.onKey(ctx, fs, args, "resume", "resumed", c.resume)
+}
+
+func (c *cli) pause(ctx context.Context, key string) error  { return c.producer.Pause(ctx, key) }
+func (c *cli) resume(ctx context.Context, key string) error { return c.producer.Resume(ctx, key) }
+
+// onKey runs a command whose only argument is a task key, and reports what
+// it did ("paused KEY").
+func (c *cli) onKey(ctx context.Context, fs *flag.FlagSet, args []string, verb, done string, do func(context.Context, string) error) error {
+	args, err := c.parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(verb, args, "KEY"); err != nil {
+		return err
+	}
+	if err := c.connect(); err != nil {
+		return err
+	}
+	key := args[0]
+	if err := do(ctx, key); err != nil {
+		return taskError(verb, key, err)
+	}
+	_, err = fmt.Fprintf(c.stdout, "%s %s\n", done, key)
+	return err
+}
+
+func runSkip(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error {
+	args, err := c.parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs("skip", args, "KEY", "N"); err != nil {
+		return err
+	}
+	key := args[0]
+	n, err := strconv.Atoi(args[1])
+	if err != nil {
+		return usageErrorf("skip: N must be a whole number, got %q", args[1])
+	}
+	// The range of N is the library's to check: it names what it refuses.
+	if err := c.connect(); err != nil {
+		return err
+	}
+	if err := c.producer.SkipNext(ctx, key, n); err != nil {
+		return taskError("skip", key, err)
+	}
+	count := strconv.Itoa(n)
+	if n == 0 {
+		count = "no"
+	}
+	_, err = fmt.Fprintf(c.stdout, "skipping %s planned time%s of %s\n", count, plural(n), key)
+	return err
+}

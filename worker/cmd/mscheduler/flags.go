@@ -1,0 +1,162 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// usageError is a wrong command line: exit status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usageErrorf(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// errHelpShown ends a run that printed help: exit status 0.
+var errHelpShown = errors.New("help shown")
+
+// newFlagSet returns a flag set that reports errors only through Parse's
+// result, so that each is printed once, on one line.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parseArgs parses flags anywhere among args, as operators type them
+// ("show KEY --json"), and returns the other arguments in order. After
+// "--" every argument is positional, for keys that start with '-'.
+func (c *cli) parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, c.flagError(err, fs.Name(), fs)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// flagError turns an error of fs.Parse into a usage error, or prints the
+// help that -h asked for.
+func (c *cli) flagError(err error, name string, fs *flag.FlagSet) error {
+	if !errors.Is(err, flag.ErrHelp) {
+		if name == "" {
+			return usageErrorf("%v; run \"mscheduler help\"", err)
+		}
+		return usageErrorf("%s: %v; run \"mscheduler %s -h\"", name, err, name)
+	}
+	if name == "" {
+		c.printUsage()
+		return errHelpShown
+	}
+	for _, cmd := range commands {
+		if cmd.name == name {
+			fmt.Fprintf(c.stdout, "Usage: mscheduler %s %s\n\n%s.\n", cmd.name, cmd.synopsis, capitalize(cmd.summary))
+			printOwnFlags(c.stdout, fs)
+			fmt.Fprintln(c.stdout, "\nThe global flags (mscheduler help) are accepted too.")
+		}
+	}
+	return errHelpShown
+}
+
+// printOwnFlags lists the flags of a command without the global ones,
+// which "mscheduler help" lists.
+func printOwnFlags(w io.Writer, fs *flag.FlagSet) {
+	own := newFlagSet(fs.Name())
+	fs.VisitAll(func(f *flag.Flag) {
+		if !isGlobal(f.Name) {
+			own.Var(f.Value, f.Name, f.Usage)
+		}
+	})
+	n := 0
+	own.VisitAll(func(*flag.Flag) { n++ })
+	if n == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nFlags:")
+	own.SetOutput(w)
+	own.PrintDefaults()
+}
+
+// wantArgs checks the positional arguments of the command name against
+// their names.
+func wantArgs(name string, args []string, names ...string) error {
+	if len(args) != len(names) {
+		return usageErrorf("%s: want %s, got %d argument%s", name, strings.Join(names, " "), len(args), plural(len(args)))
+	}
+	return nil
+}
+
+func (c *cli) printUsage() {
+	var b strings.Builder
+	b.WriteString("Usage: mscheduler [global flags] <command> [flags] [arguments]\n\nCommands:\n")
+	for _, cmd := range commands {
+		fmt.Fprintf(&b, "%s\n          %s\n", strings.TrimRight(fmt.Sprintf("  %-7s %s", cmd.name, cmd.synopsis), " "), cmd.summary)
+	}
+	b.WriteString(`  help    print this help
+
+Global flags, before or after the command:
+  -c, --collection NAME   the task collection (required)
+  --db NAME               the database (default $MSCHEDULER_DB, else "mscheduler")
+  --uri URI               the connection string (default $MONGODB_URI)
+  --connect-timeout D     how long to look for the server (default 5s)
+
+"mscheduler <command> -h" lists the flags of a command.
+`)
+	fmt.Fprint(c.stdout, b.String())
+}
+
+// stringsFlag collects the values of a repeated flag: --tag a --tag b.
+type stringsFlag []string
+
+func (s *stringsFlag) String() string { return strings.Join(*s, ",") }
+
+func (s *stringsFlag) Set(v string) error {
+	*s = append(*s, v)
+	return nil
+}
+
+// listFlag is a comma-separated list; an empty string is an empty list,
+// which clears the field it sets.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	*l = []string{}
+	if v == "" {
+		return nil
+	}
+	for _, item := range strings.Split(v, ",") {
+		*l = append(*l, strings.TrimSpace(item))
+	}
+	return nil
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}

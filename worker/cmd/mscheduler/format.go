@@ -1,0 +1,237 @@
+package main
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+)
+
+// info is a task as the command reads it: params stay undecoded.
+type info = mscheduler.TaskInfo[bson.RawValue]
+
+// taskJSON is a task in --json output. Field names are those of the task
+// document, so that scripts and mongosh speak of the same fields; slices
+// are never null and durations are in milliseconds, as stored.
+type taskJSON struct {
+	Key             string          `json:"key"`
+	Status          string          `json:"status"`
+	Paused          bool            `json:"paused"`
+	Priority        int             `json:"priority"`
+	RunAt           time.Time       `json:"run_at"`
+	Concurrency     int             `json:"concurrency"`
+	DistinctWorkers bool            `json:"distinct_workers"`
+	Free            int             `json:"free"`
+	Running         int             `json:"running"`
+	Succeeded       int             `json:"succeeded"`
+	FailedRuns      int             `json:"failed_runs"`
+	WorkerIDs       []string        `json:"worker_ids"`
+	Group           string          `json:"group"`
+	PingIntervalMS  int64           `json:"ping_interval_ms"`
+	WorkerTimeoutMS int64           `json:"worker_timeout_ms"`
+	MaxRetries      int             `json:"max_retries"`
+	RetryDelayMS    int64           `json:"retry_delay_ms"`
+	MaxFailedRuns   int             `json:"max_failed_runs"`
+	TimeoutMS       int64           `json:"timeout_ms"` // 0: the consumer's timeout
+	Description     string          `json:"description"`
+	Source          string          `json:"source"`
+	Tags            []string        `json:"tags"`
+	Plan            *planJSON       `json:"plan"` // null for a task without a plan
+	CreatedAt       time.Time       `json:"created_at"`
+	UpdatedAt       time.Time       `json:"updated_at"`
+	Params          json.RawMessage `json:"params"`
+}
+
+// planJSON is a plan in --json output: its stored definition, a readable
+// spec, and where it stands.
+type planJSON struct {
+	Kind     string    `json:"kind"`
+	Spec     string    `json:"spec"`
+	At       time.Time `json:"at,omitzero"`
+	Every    int       `json:"every,omitempty"`
+	Unit     string    `json:"unit,omitempty"`
+	Weekday  *int      `json:"weekday,omitempty"` // 0 is Sunday, so a pointer
+	Day      *int      `json:"day,omitempty"`     // 0 is the last day
+	Time     string    `json:"time,omitempty"`
+	Cron     string    `json:"cron,omitempty"`
+	Zone     string    `json:"zone"`
+	Repeat   int       `json:"repeat"`
+	Start    time.Time `json:"start,omitzero"`
+	End      time.Time `json:"end,omitzero"`
+	Missed   string    `json:"missed"`
+	Overrun  string    `json:"overrun,omitempty"`
+	GraceMS  int64     `json:"grace_ms"`
+	Planned  time.Time `json:"planned,omitzero"`
+	Runs     int       `json:"runs"`
+	Skipped  int       `json:"skipped"`
+	SkipNext int       `json:"skip_next"`
+}
+
+func newTaskJSON(ti *info) (*taskJSON, error) {
+	t := &ti.Task
+	params, err := paramsJSON(t.Params)
+	if err != nil {
+		return nil, fmt.Errorf("task %q: params: %w", t.Key, err)
+	}
+	out := &taskJSON{
+		Key: t.Key, Status: string(ti.Status), Paused: ti.Paused, Priority: t.Priority, RunAt: t.RunAt.UTC(),
+		Concurrency: t.Concurrency, DistinctWorkers: t.DistinctWorkers,
+		Free: ti.Free, Running: ti.Running, Succeeded: ti.Succeeded, FailedRuns: ti.FailedRuns,
+		WorkerIDs: nonNil(t.WorkerIDs), Group: t.Group,
+		PingIntervalMS: t.PingInterval.Milliseconds(), WorkerTimeoutMS: t.WorkerTimeout.Milliseconds(),
+		MaxRetries: t.MaxRetries, RetryDelayMS: t.RetryDelay.Milliseconds(), MaxFailedRuns: t.MaxFailedRuns,
+		TimeoutMS:   t.Timeout.Milliseconds(),
+		Description: t.Description, Source: t.Source, Tags: nonNil(t.Tags),
+		CreatedAt: ti.CreatedAt.UTC(), UpdatedAt: ti.UpdatedAt.UTC(),
+		Params: params,
+	}
+	if t.Plan != nil {
+		out.Plan = newPlanJSON(t.Plan, ti.Plan)
+	}
+	return out, nil
+}
+
+func newPlanJSON(p *mscheduler.Plan, st *mscheduler.PlanInfo) *planJSON {
+	out := &planJSON{
+		Kind: string(p.Kind), Spec: planSpec(p), At: p.At.UTC(), Every: p.Every, Unit: string(p.Unit), Cron: p.Cron,
+		Zone: cmp.Or(p.Zone, "UTC"), Repeat: p.Repeat, Start: p.Start.UTC(), End: p.End.UTC(),
+		Missed: string(cmp.Or(p.Missed, mscheduler.MissedSkip)), Overrun: string(p.Overrun),
+		GraceMS: cmp.Or(p.Grace, mscheduler.GraceDefault).Milliseconds(),
+	}
+	switch p.Kind {
+	case mscheduler.PlanWeekly:
+		out.Weekday, out.Time = new(int(p.Weekday)), p.Time.String()
+	case mscheduler.PlanMonthly:
+		out.Day, out.Time = new(p.Day), p.Time.String()
+	}
+	if st != nil {
+		out.Planned, out.Runs, out.Skipped, out.SkipNext = st.Planned.UTC(), st.Runs, st.Skipped, st.SkipNext
+	}
+	return out
+}
+
+// paramsJSON renders stored params as relaxed extended JSON: plain JSON for
+// strings, numbers, documents and arrays, {"$date": ...} and the like for
+// BSON's other types.
+func paramsJSON(v bson.RawValue) (json.RawMessage, error) {
+	if v.Type == 0 { // no params field
+		return json.RawMessage("null"), nil
+	}
+	// Extended JSON is defined for documents; wrap the value in one.
+	doc, err := bson.MarshalExtJSON(bson.D{{Key: "v", Value: v}}, false, false)
+	if err != nil {
+		return nil, err
+	}
+	var wrapped struct {
+		V json.RawMessage `json:"v"`
+	}
+	if err := json.Unmarshal(doc, &wrapped); err != nil {
+		return nil, err
+	}
+	return wrapped.V, nil
+}
+
+// planSpec says when a plan runs, in words: "every 15 minutes",
+// "weekly on Monday at 09:30:00 America/New_York".
+func planSpec(p *mscheduler.Plan) string {
+	var s string
+	switch p.Kind {
+	case mscheduler.PlanOnce:
+		s = "once at " + timeText(p.At)
+	case mscheduler.PlanEvery:
+		s = fmt.Sprintf("every %d %s%s", p.Every, p.Unit, plural(p.Every))
+	case mscheduler.PlanWeekly:
+		s = fmt.Sprintf("weekly on %s at %s", p.Weekday, p.Time)
+	case mscheduler.PlanMonthly:
+		s = fmt.Sprintf("monthly on %s at %s", monthDay(p.Day), p.Time)
+	case mscheduler.PlanCron:
+		s = fmt.Sprintf("cron %q", p.Cron)
+	default:
+		s = string(p.Kind)
+	}
+	if p.Zone != "" && p.Zone != "UTC" {
+		s += " " + p.Zone
+	}
+	return s
+}
+
+// monthDay reads Plan.Day: 1…31, 0 for the last day, below 0 counted back
+// from it.
+func monthDay(day int) string {
+	switch {
+	case day == 0:
+		return "the last day"
+	case day == -1:
+		return "the day before the last"
+	case day < 0:
+		return fmt.Sprintf("%d days before the last", -day)
+	}
+	return fmt.Sprintf("day %d", day)
+}
+
+// repeatText reads Plan.Repeat: 0 runs once, N > 0 N times.
+func repeatText(n int) string {
+	switch {
+	case n == mscheduler.RepeatForever:
+		return "forever"
+	case n <= 1:
+		return "once"
+	}
+	return fmt.Sprintf("%d times", n)
+}
+
+// timeText is a stored time for people: UTC, to the second; "-" when zero.
+func timeText(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// statusText is the status with the paused marker.
+func statusText(ti *info) string {
+	if ti.Paused {
+		return string(ti.Status) + " (paused)"
+	}
+	return string(ti.Status)
+}
+
+// nextRunText is when the task may run next. A task that is done has no
+// next run, whatever run_at still says.
+func nextRunText(ti *info) string {
+	switch ti.Status {
+	case mscheduler.StatusSucceeded, mscheduler.StatusFailed, mscheduler.StatusFinished:
+		return "-"
+	}
+	return timeText(ti.Task.RunAt)
+}
+
+// cell makes text safe for one cell of a tabwriter table: a tab or newline
+// in a description would break the columns.
+func cell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// truncate cuts s to at most n runes, marking the cut.
+func truncate(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+)
+
+// descriptionWidth keeps a row of the table on one screen line.
+const descriptionWidth = 40
+
+var statuses = []mscheduler.Status{
+	mscheduler.StatusPending, mscheduler.StatusRunning, mscheduler.StatusSucceeded,
+	mscheduler.StatusFailed, mscheduler.StatusFinished,
+}
+
+func runList(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error {
+	var tags, statusNames stringsFlag
+	fs.Var(&tags, "tag", "only tasks with this `tag` (repeat: all must match)")
+	fs.Var(&statusNames, "status", "only tasks in this `status` (repeat: any may match)")
+	limit := fs.Int("limit", mscheduler.ListLimitDefault, "at most this many tasks")
+	asJSON := fs.Bool("json", false, "print a JSON array")
+	args, err := c.parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs("list", args); err != nil {
+		return err
+	}
+	if *limit < 1 {
+		return usageErrorf("list: --limit must be at least 1, got %d", *limit)
+	}
+	opts := mscheduler.ListOpts{Tags: tags, Limit: *limit + 1} // one more tells whether the limit cut the list
+	for _, s := range statusNames {
+		if !slices.Contains(statuses, mscheduler.Status(s)) {
+			return usageErrorf("list: unknown --status %q: want one of %s", s, joinStatuses())
+		}
+		opts.Statuses = append(opts.Statuses, mscheduler.Status(s))
+	}
+	if err := c.connect(); err != nil {
+		return err
+	}
+	tasks, err := c.producer.List(ctx, opts)
+	if err != nil {
+		return libraryError(err)
+	}
+	cut := len(tasks) > *limit
+	if cut {
+		tasks = tasks[:*limit]
+	}
+	if *asJSON {
+		if cut {
+			fmt.Fprintf(c.stderr, "mscheduler: list: more tasks match than the %d shown; raise --limit\n", *limit)
+		}
+		return printListJSON(c, tasks)
+	}
+	return printTable(c, tasks, cut)
+}
+
+func printListJSON(c *cli, tasks []info) error {
+	out := make([]*taskJSON, 0, len(tasks))
+	for i := range tasks {
+		t, err := newTaskJSON(&tasks[i])
+		if err != nil {
+			return err
+		}
+		out = append(out, t)
+	}
+	return writeJSON(c, out)
+}
+
+func printTable(c *cli, tasks []info, cut bool) error {
+	w := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "KEY\tSTATUS\tRUNNING\tSUCCEEDED\tFAILED\tNEXT RUN\tTAGS\tDESCRIPTION")
+	for i := range tasks {
+		ti := &tasks[i]
+		t := &ti.Task
+		// Successes and failures are shown against what completes and
+		// what fails the task: 1/2 needs one more success.
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d/%d\t%d/%d\t%s\t%s\t%s\n",
+			cell(t.Key), statusText(ti), ti.Running, ti.Succeeded, t.Concurrency, ti.FailedRuns, t.MaxFailedRuns,
+			nextRunText(ti), cell(strings.Join(t.Tags, ",")), truncate(cell(t.Description), descriptionWidth))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	summary := fmt.Sprintf("%d task%s", len(tasks), plural(len(tasks)))
+	if cut {
+		summary += " shown; more match: raise --limit"
+	}
+	_, err := fmt.Fprintln(c.stdout, summary)
+	return err
+}
+
+func writeJSON(c *cli, v any) error {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func joinStatuses() string {
+	names := make([]string, len(statuses))
+	for i, s := range statuses {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}

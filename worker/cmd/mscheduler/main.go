@@ -1,0 +1,194 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/worker"
+)
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitError = 1 // the operation failed
+	exitUsage = 2 // the command line was wrong
+)
+
+// connectTimeoutDefault bounds the search for a server, so that a wrong URI
+// ends in an error instead of the driver's 30 s wait.
+const connectTimeoutDefault = 5 * time.Second
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// command is one subcommand. Its run parses its own flags from args (the
+// arguments after its name) with fs, on which the global flags are already
+// registered.
+type command struct {
+	name     string
+	synopsis string // its arguments, for the usage
+	summary  string
+	run      func(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error
+}
+
+// commands is set in init: the commands print the usage, which lists them.
+var commands []command
+
+func init() {
+	commands = []command{
+		{"list", "[--tag T]... [--status S]... [--limit N] [--json]", "list tasks by key", runList},
+		{"show", "KEY [--json]", "show one task", runShow},
+		{"update", "KEY [update flags]", "change the options and metadata of a task", runUpdate},
+		{"pause", "KEY", "stop new runs of a task; runs going on finish", runPause},
+		{"resume", "KEY", "let a paused task run again", runResume},
+		{"skip", "KEY N", "skip the next N planned times of a task's plan (0 cancels)", runSkip},
+		{"migrate", "", "bring the collection to this build's schema version and create its indexes", runMigrate},
+	}
+}
+
+// cli is one invocation: its outputs, global flags and, once connected,
+// its producer.
+type cli struct {
+	stdout, stderr io.Writer
+	globals
+	client   *mongo.Client // nil until connect
+	producer *mscheduler.Producer[bson.RawValue]
+}
+
+// globals are the flags every command takes, before or after its name.
+type globals struct {
+	uri, db, collection string
+	connectTimeout      time.Duration
+}
+
+// register adds the global flags to fs. Their defaults are their current
+// values, so that registering them on a command's flag set keeps what the
+// flags before the command set; the environment's defaults are applied
+// after parsing (withDefaults), so that help never prints a URI, which may
+// hold a password.
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.uri, "uri", g.uri, "MongoDB connection `URI` (default $"+worker.EnvURI+")")
+	fs.StringVar(&g.db, "db", g.db, "`database` of the collection (default $"+worker.EnvDatabase+", else \""+worker.DatabaseDefault+"\")")
+	fs.StringVar(&g.collection, "collection", g.collection, "task `collection` (required)")
+	fs.StringVar(&g.collection, "c", g.collection, "short for --collection")
+	fs.DurationVar(&g.connectTimeout, "connect-timeout", g.connectTimeout, "how long to look for the server (default 5s)")
+}
+
+// isGlobal reports whether the flag name is a global flag.
+func isGlobal(name string) bool {
+	switch name {
+	case "uri", "db", "collection", "c", "connect-timeout":
+		return true
+	}
+	return false
+}
+
+func (g *globals) withDefaults() {
+	g.uri = cmp.Or(g.uri, os.Getenv(worker.EnvURI))
+	g.db = cmp.Or(g.db, os.Getenv(worker.EnvDatabase), worker.DatabaseDefault)
+	if g.connectTimeout == 0 {
+		g.connectTimeout = connectTimeoutDefault
+	}
+}
+
+// run runs the command line args and returns the exit status. Errors are
+// written to stderr as one line.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := &cli{stdout: stdout, stderr: stderr}
+	err := c.dispatch(ctx, args)
+	if c.client != nil {
+		c.disconnect()
+	}
+	var usage *usageError
+	switch {
+	case err == nil, errors.Is(err, errHelpShown):
+		return exitOK
+	case errors.As(err, &usage):
+		fmt.Fprintf(stderr, "mscheduler: %s\n", oneLine(usage.Error()))
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "mscheduler: %s\n", oneLine(err.Error()))
+		return exitError
+	}
+}
+
+func (c *cli) dispatch(ctx context.Context, args []string) error {
+	top := newFlagSet("")
+	c.globals.register(top)
+	if err := top.Parse(args); err != nil {
+		return c.flagError(err, "", top)
+	}
+	rest := top.Args()
+	if len(rest) == 0 {
+		return usageErrorf("no command given; run \"mscheduler help\"")
+	}
+	name, rest := rest[0], rest[1:]
+	if name == "help" {
+		c.printUsage()
+		return errHelpShown
+	}
+	for _, cmd := range commands {
+		if cmd.name == name {
+			fs := newFlagSet(name)
+			c.globals.register(fs)
+			return cmd.run(ctx, c, fs, rest)
+		}
+	}
+	return usageErrorf("unknown command %q; run \"mscheduler help\"", name)
+}
+
+// connect makes the producer the commands use. It does no I/O: the driver
+// connects on the first command, within the connect timeout.
+func (c *cli) connect() error {
+	c.globals.withDefaults()
+	switch {
+	case c.uri == "":
+		return usageErrorf("no server: set %s or --uri", worker.EnvURI)
+	case !strings.HasPrefix(c.uri, "mongodb://") && !strings.HasPrefix(c.uri, "mongodb+srv://"):
+		return usageErrorf("--uri must start with mongodb:// or mongodb+srv://")
+	case c.collection == "":
+		return usageErrorf("no collection: give --collection (or -c)")
+	case c.connectTimeout < 0:
+		return usageErrorf("--connect-timeout must be positive, got %s", c.connectTimeout)
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(c.uri).
+		SetAppName("mscheduler").
+		SetServerSelectionTimeout(c.connectTimeout).
+		SetConnectTimeout(c.connectTimeout))
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	c.client = client
+	// Params are opaque here: bson.RawValue takes whatever a task stores.
+	c.producer, err = mscheduler.NewProducer[bson.RawValue](client.Database(c.db).Collection(c.collection), nil)
+	return err
+}
+
+func (c *cli) disconnect() {
+	ctx, cancel := context.WithTimeout(context.Background(), c.connectTimeout)
+	defer cancel()
+	_ = c.client.Disconnect(ctx)
+}
+
+// oneLine keeps an error on one line of stderr: driver errors can span
+// several.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
