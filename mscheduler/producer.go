@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -155,7 +156,11 @@ func (p *Producer[P]) publish(ctx context.Context, tasks []Task[P], opts *Publis
 			return nil, err
 		}
 	}
-	localWakes.notify(namespaceOf(p.coll))
+	// A task due later is found by the consumers' next look: waking them
+	// for each one would cost a claim per publish and find nothing.
+	if slices.ContainsFunc(docs, func(d *taskDoc) bool { return !d.RunAt.After(p.clock.Now()) }) {
+		localWakes.notify(namespaceOf(p.coll))
+	}
 	results := make([]PublishResult, len(docs))
 	for i, d := range docs {
 		outcome := outcomes[i]
