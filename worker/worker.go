@@ -40,6 +40,7 @@ type consumer struct {
 	discovery  mscheduler.Discovery
 	start      func(context.Context) error
 	stop       func(context.Context) error
+	abandoned  func() int
 }
 
 // Worker runs the consumers of one worker process. Create it with [New],
@@ -179,6 +180,7 @@ func Register[P, R any](w *Worker, collection string, h mscheduler.Handler[P, R]
 		discovery:  c.Discovery,
 		start:      con.Start,
 		stop:       con.Stop,
+		abandoned:  con.Abandoned,
 	})
 	return nil
 }
@@ -242,7 +244,8 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	stopSignals() // a second signal now kills the process
 	w.log.Info("worker stopping", "reason", reason.Error(), "running_for", time.Since(began).Round(time.Millisecond).String())
 	stoppedIn := w.stopAll(started, w.cfg.ShutdownTimeout)
-	w.log.Info("worker stopped", "stopped_in", stoppedIn.Round(time.Millisecond).String(), "events", w.countsAttr())
+	w.log.Info("worker stopped", "stopped_in", stoppedIn.Round(time.Millisecond).String(), "events", w.countsAttr(),
+		"abandoned_running", w.Abandoned())
 	return nil
 }
 
@@ -338,6 +341,19 @@ func (w *Worker) Counts() map[mscheduler.EventKind]int64 {
 	w.countsMu.Lock()
 	defer w.countsMu.Unlock()
 	return maps.Clone(w.counts)
+}
+
+// Abandoned is the number of handler goroutines the worker's consumers gave
+// up on (they ignored their cancelled context) that are still running; see
+// [mscheduler.Consumer.Abandoned]. Above zero, the process leaks them.
+func (w *Worker) Abandoned() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, c := range w.consumers {
+		n += c.abandoned()
+	}
+	return n
 }
 
 func (w *Worker) count(kind mscheduler.EventKind) {

@@ -439,3 +439,43 @@ func TestSkipIndexes(t *testing.T) {
 		}
 	}
 }
+
+// TestAbandonedHandlersAreCounted: a handler that ignores its context past
+// its timeout and the grace period is counted by Abandoned until it returns.
+func TestAbandonedHandlersAreCounted(t *testing.T) {
+	name := collectionName(t)
+	w := newWorker(t, worker.Config{})
+	ev := mschedulertest.NewEvents()
+	unblock := make(chan struct{})
+	returned := make(chan struct{})
+	handler := func(context.Context, *mscheduler.Task[string]) (string, error) {
+		defer close(returned)
+		<-unblock // ignores its context
+		return "", nil
+	}
+	cfg := fastConsumer(ev)
+	cfg.TimeoutGrace = 100 * time.Millisecond
+	if err := worker.Register(w, name, handler, cfg); err != nil {
+		t.Fatal(err)
+	}
+	stop := runWorker(t, w)
+	publish(t, name, mscheduler.Task[string]{Key: "stuck", Timeout: 100 * time.Millisecond, MaxRetries: mscheduler.NoRetries})
+	ev.WaitCount(t, mscheduler.EventAbandoned, 1)
+	if n := w.Abandoned(); n != 1 {
+		t.Fatalf("Abandoned() = %d while the handler is stuck, want 1", n)
+	}
+	close(unblock)
+	<-returned
+	// The count drops when the goroutine's wrapper sees the handler return,
+	// just after the handler's own deferred close.
+	deadline := time.Now().Add(mschedulertest.WaitTimeout)
+	for w.Abandoned() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("Abandoned() = %d after the handler returned, want 0", w.Abandoned())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
