@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
 	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -156,4 +161,71 @@ func testRaiseWakes(t *testing.T, sameClient bool, discovery mscheduler.Discover
 	if st := readTask(t, coll, "k"); st.Succeeded != 2 || st.Runs[1].WorkerID != "waiting" {
 		t.Fatalf("task = %+v, want the waiting worker's success", st)
 	}
+}
+
+// TestPingSettingsChangeWhileRunning: a shorter ping_interval and
+// worker_timeout reach a run going from its next ping: the lease it keeps
+// shrinks to the new worker timeout, and pings come at the new interval.
+func TestPingSettingsChangeWhileRunning(t *testing.T) {
+	var pings atomic.Int64
+	monitor := &event.CommandMonitor{Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
+		if e.CommandName == "findAndModify" {
+			pings.Add(1)
+		}
+	}}
+	coll := mschedulertest.Collection(t)
+	own := mschedulertest.NewClient(t, options.Client().SetMonitor(monitor)).Database(coll.Database().Name()).Collection(coll.Name())
+	p := newProducer[int](t, coll, nil)
+	task := mscheduler.Task[int]{Key: "k", PingInterval: time.Second, WorkerTimeout: 20 * time.Second}
+	if _, err := p.Publish(ctxT(t), task, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev := mschedulertest.NewEvents()
+	release := make(chan struct{})
+	defer close(release)
+	startConsumer(t, own, func(ctx context.Context, _ *mscheduler.Task[int]) (int, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return 0, nil
+	}, fastConfig("w", ev))
+	ev.WaitCount(t, mscheduler.EventClaimed, 1)
+	if err := p.Update(ctxT(t), "k", mscheduler.TaskUpdate{PingInterval: ptr(50 * time.Millisecond), WorkerTimeout: ptr(2 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	// The lease left after a ping was up to 20 s; the next ping makes it at
+	// most the new 2 s.
+	deadline := time.Now().Add(mschedulertest.WaitTimeout)
+	for leaseLeft(t, coll) > 3*time.Second {
+		if time.Now().After(deadline) {
+			t.Fatalf("lease left %s, want the new 2 s worker timeout applied", leaseLeft(t, coll))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// At the old interval a second holds one ping; at the new one, about 20.
+	before := pings.Load()
+	time.Sleep(time.Second)
+	if n := pings.Load() - before; n < 5 {
+		t.Fatalf("%d pings in a second, want the new 50 ms interval", n)
+	}
+}
+
+// leaseLeft is how long the lease of the only holder of task "k" has to
+// run, by the local clock (the development server shares it).
+func leaseLeft(t *testing.T, coll *mongo.Collection) time.Duration {
+	t.Helper()
+	var doc struct {
+		Holders map[string]struct {
+			LeaseUntil time.Time `bson:"lease_until"`
+		} `bson:"holders"`
+	}
+	if err := coll.FindOne(ctxT(t), bson.D{{Key: "_id", Value: "k"}}).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range doc.Holders {
+		return time.Until(h.LeaseUntil)
+	}
+	t.Fatal("no holder")
+	return 0
 }
