@@ -43,17 +43,27 @@ func TestPublishWakesLocalConsumer(t *testing.T) {
 func watchedCollection(t *testing.T) (*mongo.Collection, <-chan struct{}) {
 	t.Helper()
 	signal := make(chan struct{}, 1)
+	coll := onFindAndModify(t, func() {
+		select {
+		case signal <- struct{}{}:
+		default:
+		}
+	})
+	return coll, signal
+}
+
+// onFindAndModify is the test's collection through a client of its own
+// that calls f after every successful findAndModify.
+func onFindAndModify(t *testing.T, f func()) *mongo.Collection {
+	t.Helper()
 	monitor := &event.CommandMonitor{Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
 		if e.CommandName == "findAndModify" {
-			select {
-			case signal <- struct{}{}:
-			default:
-			}
+			f()
 		}
 	}}
 	coll := mschedulertest.Collection(t)
 	own := mschedulertest.NewClient(t, options.Client().SetMonitor(monitor))
-	return own.Database(coll.Database().Name()).Collection(coll.Name()), signal
+	return own.Database(coll.Database().Name()).Collection(coll.Name())
 }
 
 func waitSignal(t *testing.T, signal <-chan struct{}, failure string) {

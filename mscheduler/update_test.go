@@ -11,9 +11,7 @@ import (
 	"github.com/mscheduler/mscheduler/mscheduler"
 	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -168,13 +166,8 @@ func testRaiseWakes(t *testing.T, sameClient bool, discovery mscheduler.Discover
 // shrinks to the new worker timeout, and pings come at the new interval.
 func TestPingSettingsChangeWhileRunning(t *testing.T) {
 	var pings atomic.Int64
-	monitor := &event.CommandMonitor{Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
-		if e.CommandName == "findAndModify" {
-			pings.Add(1)
-		}
-	}}
+	own := onFindAndModify(t, func() { pings.Add(1) })
 	coll := mschedulertest.Collection(t)
-	own := mschedulertest.NewClient(t, options.Client().SetMonitor(monitor)).Database(coll.Database().Name()).Collection(coll.Name())
 	p := newProducer[int](t, coll, nil)
 	task := mscheduler.Task[int]{Key: "k", PingInterval: time.Second, WorkerTimeout: 20 * time.Second}
 	if _, err := p.Publish(ctxT(t), task, nil); err != nil {
