@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
 	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -165,9 +166,18 @@ func testRaiseWakes(t *testing.T, sameClient bool, discovery mscheduler.Discover
 // worker_timeout reach a run going from its next ping: the lease it keeps
 // shrinks to the new worker timeout, and pings come at the new interval.
 func TestPingSettingsChangeWhileRunning(t *testing.T) {
-	var pings atomic.Int64
-	own := onFindAndModify(t, func() { pings.Add(1) })
+	// Pings, unlike claims, are findAndModify commands fenced on the run.
+	pings := make(chan struct{}, 1000)
+	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if _, err := e.Command.LookupErr("query", "holders.w.run"); e.CommandName == "findAndModify" && err == nil {
+			select {
+			case pings <- struct{}{}:
+			default:
+			}
+		}
+	}}
 	coll := mschedulertest.Collection(t)
+	own := mschedulertest.NewClient(t, options.Client().SetMonitor(monitor)).Database(coll.Database().Name()).Collection(coll.Name())
 	p := newProducer[int](t, coll, nil)
 	task := mscheduler.Task[int]{Key: "k", PingInterval: time.Second, WorkerTimeout: 20 * time.Second}
 	if _, err := p.Publish(ctxT(t), task, nil); err != nil {
@@ -184,23 +194,29 @@ func TestPingSettingsChangeWhileRunning(t *testing.T) {
 		return 0, nil
 	}, fastConfig("w", ev))
 	ev.WaitCount(t, mscheduler.EventClaimed, 1)
+	for len(pings) > 0 { // the claim, and pings before the change
+		<-pings
+	}
 	if err := p.Update(ctxT(t), "k", mscheduler.TaskUpdate{PingInterval: ptr(50 * time.Millisecond), WorkerTimeout: ptr(2 * time.Second)}); err != nil {
 		t.Fatal(err)
 	}
-	// The lease left after a ping was up to 20 s; the next ping makes it at
-	// most the new 2 s.
-	deadline := time.Now().Add(mschedulertest.WaitTimeout)
-	for leaseLeft(t, coll) > 3*time.Second {
-		if time.Now().After(deadline) {
-			t.Fatalf("lease left %s, want the new 2 s worker timeout applied", leaseLeft(t, coll))
-		}
-		time.Sleep(50 * time.Millisecond)
+	// A ping may have been under way during the change; the next one reads
+	// the new settings, the one after writes the new lease, and the start
+	// of a fourth says that write is done (a run's pings go one at a time).
+	for range 4 {
+		waitSignal(t, pings, "no ping after the change")
 	}
-	// At the old interval a second holds one ping; at the new one, about 20.
-	before := pings.Load()
-	time.Sleep(time.Second)
-	if n := pings.Load() - before; n < 5 {
-		t.Fatalf("%d pings in a second, want the new 50 ms interval", n)
+	if left := leaseLeft(t, coll); left > 3*time.Second {
+		t.Fatalf("lease left %s, want the new 2 s worker timeout applied", left)
+	}
+	// At the old 1 s interval, 2 s hold two pings; at the new one, about 40.
+	window := time.After(2 * time.Second)
+	for i := range 5 {
+		select {
+		case <-pings:
+		case <-window:
+			t.Fatalf("%d pings in 2 s, want the new 50 ms interval", i)
+		}
 	}
 }
 

@@ -389,13 +389,19 @@ func TestTwoWorkersShareACollection(t *testing.T) {
 	const n = 20
 	name := collectionName(t)
 	ev := mschedulertest.NewEvents()
+	// Handlers hold their slots until both workers have claimed, so that
+	// neither can take every task before the other starts.
+	shared := make(chan struct{})
 	var stops []func() error
 	for _, id := range []string{"a", "b"} {
 		w := newWorker(t, worker.Config{WorkerID: id})
 		cfg := fastConsumer(ev)
 		cfg.Capacity = 2
 		if err := worker.Register(w, name, func(ctx context.Context, task *mscheduler.Task[sum]) (int, error) {
-			time.Sleep(20 * time.Millisecond)
+			select {
+			case <-shared:
+			case <-ctx.Done():
+			}
 			return 0, nil
 		}, cfg); err != nil {
 			t.Fatal(err)
@@ -407,6 +413,16 @@ func TestTwoWorkersShareACollection(t *testing.T) {
 		tasks = append(tasks, mscheduler.Task[sum]{Key: fmt.Sprintf("t%d", i)})
 	}
 	publish(t, name, tasks...)
+	ev.WaitFor(t, "claims by both workers", func(evs []mscheduler.Event) bool {
+		by := map[string]bool{}
+		for _, e := range evs {
+			if e.Kind == mscheduler.EventClaimed {
+				by[e.WorkerID] = true
+			}
+		}
+		return by["a"] && by["b"]
+	})
+	close(shared)
 	ev.WaitCount(t, mscheduler.EventSucceeded, n)
 	for _, stop := range stops {
 		if err := stop(); err != nil {
