@@ -168,12 +168,13 @@ func say(format string, args ...any) {
 }
 
 func run() error {
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
-	defer cancel()
-
 	uri := os.Getenv(worker.EnvURI)
 	if uri == "" {
-		server, err := devserver.Start(ctx, devserver.Options{})
+		// The first build of the development server takes minutes; the
+		// quick start's own deadline starts once it is up.
+		startCtx, cancelStart := context.WithTimeout(context.Background(), 15*time.Minute)
+		server, err := devserver.Start(startCtx, devserver.Options{})
+		cancelStart()
 		if err != nil {
 			return fmt.Errorf("start the development server (or set %s): %w", worker.EnvURI, err)
 		}
@@ -187,6 +188,8 @@ func run() error {
 	} else {
 		say("using the server of %s", worker.EnvURI)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
 
 	client, err := mongo.Connect(options.Client().ApplyURI(uri))
 	if err != nil {

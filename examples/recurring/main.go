@@ -103,11 +103,13 @@ func inZone(t time.Time, zone string) time.Time {
 }
 
 func run() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // the first dev server build is slow
-	defer cancel()
 	uri := os.Getenv(worker.EnvURI)
 	if uri == "" {
-		server, err := devserver.Start(ctx, devserver.Options{})
+		// The first build of the development server takes minutes; the
+		// example's own deadline starts once it is up.
+		startCtx, cancelStart := context.WithTimeout(context.Background(), 15*time.Minute)
+		server, err := devserver.Start(startCtx, devserver.Options{})
+		cancelStart()
 		if err != nil {
 			return fmt.Errorf("start the development server (or set %s): %w", worker.EnvURI, err)
 		}
@@ -119,6 +121,8 @@ func run() error {
 		uri = server.URI()
 		say("development server listening on %s", uri)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 	client, err := mongo.Connect(options.Client().ApplyURI(uri))
 	if err != nil {
 		return err
