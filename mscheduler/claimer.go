@@ -14,10 +14,17 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// maxPoisoned bounds the keys the claim loop skips because claiming them
-// fails on the server (a document edited into a shape no update can apply
-// to); such a key would otherwise sort first forever and starve the rest.
-const maxPoisoned = 100
+// claimLease is the lease of a claim before this worker has claimed any
+// task (it then leases for the timeouts of the tasks it claimed last).
+const claimLease = WorkerTimeoutDefault
+
+// skipFor is how long the claim loop skips a task that it could neither
+// claim nor set invalid (both writes refused): long enough not to spin on
+// it, short enough that a repaired task is served again soon.
+const skipFor = time.Minute
+
+// maxSkipped bounds the tasks skipped at once; the oldest make way.
+const maxSkipped = 100
 
 // claimLoop is the consumer's owner loop for claiming. It claims while it
 // has free slots and claimable tasks, then sleeps until the earliest of: a
@@ -29,6 +36,7 @@ func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
 	defer timer.Stop()
 	for {
 		c.sweepIfDue(ctx, st)
+		c.checkIfDue(ctx, st)
 		c.claimAvailable(ctx, st)
 		wait := c.untilNextWake(st)
 		timer.Reset(wait)
@@ -44,10 +52,16 @@ func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
 
 // claimState belongs to the claim loop goroutine alone.
 type claimState struct {
-	due      dueHeap  // server times when something may become claimable or expire
-	poisoned []string // keys whose claim fails on the server
-	pollAt   time.Time
-	sweepAt  time.Time
+	due     dueHeap // server times when something may become claimable or expire
+	skipped skipList
+	pollAt  time.Time
+	sweepAt time.Time
+	checkAt time.Time
+	leases  leaseHint
+	peeked  bool // the lease of the first claim was looked up
+	// unconfirmed are claims whose reply was lost: the server may have
+	// applied them. Each is looked for until found (and released) or gone.
+	unconfirmed []string
 }
 
 func (c *Consumer[P, R]) pollInterval() time.Duration {
@@ -68,6 +82,9 @@ func (c *Consumer[P, R]) untilNextWake(st *claimState) time.Duration {
 	if st.sweepAt.Before(next) {
 		next = st.sweepAt
 	}
+	if st.checkAt.Before(next) {
+		next = st.checkAt
+	}
 	if d, ok := st.due.peek(); ok && d.Before(next) {
 		next = d
 	}
@@ -86,13 +103,18 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 		c.loopError(ctx, err)
 		return
 	}
+	c.confirmLostClaims(ctx, st)
+	if !st.peeked {
+		st.peeked = true
+		c.peekLease(ctx, st)
+	}
 	// At least one claim per pass, so that sweeps never starve claims.
 	for n := 0; n < c.cfg.Capacity && ctx.Err() == nil && (n == 0 || c.clock.Now().Before(st.sweepAt)); n++ {
 		if !c.slots.TryAcquire(1) {
 			return
 		}
-		doc, err := c.claimOne(ctx, st)
-		if err != nil || doc == nil {
+		raw, runID, err := c.claimOne(ctx, st)
+		if err != nil || raw == nil {
 			c.slots.Release(1)
 			if err != nil {
 				c.loopError(ctx, err)
@@ -101,34 +123,63 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 			}
 			return
 		}
-		if !c.planGate(doc) {
+		if !c.admit(raw, runID, st) {
 			c.slots.Release(1)
-			continue
 		}
-		c.startRun(doc)
 	}
 	// The pass ended on its bound with tasks perhaps left: come back at once.
 	c.wake()
 }
 
+// admit starts a claimed run, unless the task cannot run as stored (it is
+// set invalid instead) or its plan gives the slot back. It reports whether
+// the run started.
+func (c *Consumer[P, R]) admit(raw bson.Raw, runID string, st *claimState) bool {
+	doc, task, prob := decodeClaimed[P](raw, c.cfg.WorkerID)
+	if prob != nil {
+		key, _ := raw.Lookup(fID).StringValueOK()
+		c.quarantineClaimed(key, raw, runID, prob)
+		return false
+	}
+	st.leases.observe(fromMS(doc.WorkerTimeoutMS))
+	if !c.planGate(doc) {
+		return false
+	}
+	task.RunAt, task.Run.PlannedAt = doc.RunAt, ptrTime(doc.planned()) // the plan gate may have moved them
+	c.startRun(doc, task)
+	return true
+}
+
+// quarantineClaimed sets a claimed task that cannot run as stored to
+// StatusInvalid, ending this worker's claim in the same write.
+func (c *Consumer[P, R]) quarantineClaimed(key string, raw bson.Raw, runID string, prob *problem) {
+	ctx, cancel := c.writeCtx()
+	defer cancel()
+	q := &quarantine{key: key, filter: fence(key, c.cfg.WorkerID, runID), raw: raw, prob: prob, found: foundAtClaim, holder: c.cfg.WorkerID}
+	if _, err := c.quarantine(ctx, q); err != nil {
+		// The claim's lease lapses and a sweep ends it; the next claim of
+		// the task tries again.
+		c.loopError(ctx, err)
+	}
+}
+
 // claimOne claims one slot of the best claimable task with one
-// findOneAndUpdate, or returns nil if there is none.
-func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (*taskDoc, error) {
+// findOneAndUpdate, returning the task as claimed and the run's id, or nil
+// if there is none.
+func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (bson.Raw, string, error) {
 	now := c.clock.Now()
-	filter := claimFilter(c.cfg.WorkerID, c.cfg.Groups, st.poisoned, now)
+	filter := claimFilter(c.cfg.WorkerID, c.cfg.Groups, st.skipped.keys(now), now)
 	runID := newRunID()
-	// The lease is set from the defaults of the task document, which the
-	// filter cannot read; the first ping moves it to the task's own timeout.
-	// Until then the run is protected by a lease of the longest timeout
-	// any task may have been given, bounded to keep dead runs short.
+	lease := now.Add(st.leases.lease())
 	update := bson.D{
 		{Key: "$set", Value: bson.D{
 			{Key: fStatus, Value: StatusRunning},
-			{Key: holderPath(c.cfg.WorkerID), Value: holder{Run: runID, Started: now, LeaseUntil: now.Add(claimLease)}},
+			{Key: holderPath(c.cfg.WorkerID), Value: holder{Run: runID, Started: now, LeaseUntil: lease}},
 			{Key: fUpdatedAt, Value: now},
 		}},
 		{Key: "$inc", Value: bson.D{{Key: fFree, Value: -1}, {Key: fRunning, Value: 1}, {Key: fRev, Value: 1}}},
-		{Key: "$min", Value: bson.D{{Key: fNextExpiry, Value: now.Add(claimLease)}}},
+		{Key: "$min", Value: bson.D{{Key: fNextExpiry, Value: lease}}},
+		{Key: "$unset", Value: bson.D{{Key: fInvalid, Value: ""}}}, // a repaired task's old reason
 	}
 	opts := options.FindOneAndUpdate().SetSort(claimSort).SetReturnDocument(options.After)
 	// A claim the server applied must reach its run, so a stop does not
@@ -136,43 +187,112 @@ func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (*taskDoc
 	// lost on the way back would hold its slot until the lease lapsed.
 	wctx, cancel := c.writeCtx()
 	defer cancel()
-	var raw bson.Raw
-	err := c.caps.findOneAndUpdate(wctx, c.coll, filter, update, opts, bson.D{{Key: fRuns, Value: 0}}).Decode(&raw)
+	raw, err := c.caps.findOneAndUpdate(wctx, c.coll, filter, update, opts, bson.D{{Key: fRuns, Value: 0}}).Raw()
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
-		return nil, nil
+		return nil, "", nil
 	case err != nil && isServerRefusal(err):
-		c.poison(wctx, st, filter, err)
-		return nil, nil
+		c.refused(wctx, st, filter, err)
+		return nil, "", nil
 	case err != nil:
-		return nil, fmt.Errorf("mscheduler: claim: %w", err)
+		// The server may have applied the claim and lost the reply (a
+		// server without retryable writes does not resend it).
+		if found, ferr := c.findClaim(wctx, runID); ferr == nil && found != nil {
+			return found, runID, nil
+		} else if ferr != nil && len(st.unconfirmed) < maxUnconfirmed {
+			st.unconfirmed = append(st.unconfirmed, runID)
+		}
+		return nil, "", fmt.Errorf("mscheduler: claim: %w", err)
 	}
-	return decodeClaimed(raw, c.cfg.WorkerID), nil
+	return raw, runID, nil
 }
 
-// decodeClaimed decodes a claimed task. A document that does not decode
-// (edited by hand into the wrong types) still yields what the run's end
-// needs, with the decoding error, so that its run fails at once and names
-// the field instead of holding the slot until the lease lapses.
-func decodeClaimed(raw bson.Raw, workerID string) *taskDoc {
-	var doc taskDoc
-	err := bson.Unmarshal(raw, &doc)
-	if err == nil {
-		return &doc
+// peekLease learns, once, the worker timeout of the task the first claim
+// will most likely take, so that the first claim leases for it too.
+func (c *Consumer[P, R]) peekLease(ctx context.Context, st *claimState) {
+	now := c.clock.Now()
+	var doc struct {
+		WorkerTimeoutMS int64 `bson:"worker_timeout_ms"`
 	}
-	doc = taskDoc{Status: StatusRunning, MaxFailedRuns: 1, PingIntervalMS: ms(PingIntervalDefault), WorkerTimeoutMS: ms(WorkerTimeoutDefault)}
-	doc.ID, _ = raw.Lookup(fID).StringValueOK()
-	doc.Key = doc.ID
-	var h holder
-	_ = raw.Lookup(fHolders, workerID).Unmarshal(&h)
-	doc.Holders = map[string]holder{workerID: h}
-	for field, dst := range map[string]*int{fMaxFailedRuns: &doc.MaxFailedRuns, fRunning: &doc.Running, fFree: &doc.Free, fFailedRuns: &doc.FailedRuns} {
-		if v, ok := raw.Lookup(field).AsInt64OK(); ok {
-			*dst = int(v)
+	opts := options.FindOne().SetSort(claimSort).SetProjection(bson.D{{Key: fWorkerTimeoutMS, Value: 1}})
+	err := c.coll.FindOne(ctx, claimFilter(c.cfg.WorkerID, c.cfg.Groups, nil, now), opts).Decode(&doc)
+	if err == nil && doc.WorkerTimeoutMS > 0 {
+		st.leases.observe(fromMS(doc.WorkerTimeoutMS))
+	}
+}
+
+// maxUnconfirmed bounds the lost claims looked for at once.
+const maxUnconfirmed = 16
+
+// findClaim looks for the task a claim with runID was applied to. Only
+// running tasks can hold it, which the claim index serves.
+func (c *Consumer[P, R]) findClaim(ctx context.Context, runID string) (bson.Raw, error) {
+	return readRaw(ctx, c.coll, bson.D{{Key: fStatus, Value: StatusRunning}, {Key: holderPath(c.cfg.WorkerID, hRun), Value: runID}})
+}
+
+// confirmLostClaims looks again for claims whose reply was lost and whose
+// first look failed too. One found is released (not run: its lease may be
+// short of lapsing), so that it counts as no failure.
+func (c *Consumer[P, R]) confirmLostClaims(ctx context.Context, st *claimState) {
+	left := st.unconfirmed[:0]
+	for _, runID := range st.unconfirmed {
+		raw, err := c.findClaim(ctx, runID)
+		switch {
+		case err != nil:
+			left = append(left, runID)
+		case raw != nil:
+			c.releaseLostClaim(raw, runID)
 		}
 	}
-	doc.corrupt = fmt.Errorf("task %q: document cannot be decoded: %w", doc.Key, err)
-	return &doc
+	st.unconfirmed = left
+}
+
+func (c *Consumer[P, R]) releaseLostClaim(raw bson.Raw, runID string) {
+	key, _ := raw.Lookup(fID).StringValueOK()
+	var h holder
+	_ = raw.Lookup(fHolders, c.cfg.WorkerID).Unmarshal(&h)
+	doc, _, prob := decodeClaimed[P](raw, c.cfg.WorkerID)
+	if prob != nil {
+		c.quarantineClaimed(key, raw, runID, prob)
+		return
+	}
+	r := &activeRun{key: key, runID: runID, started: h.Started, doc: doc}
+	r.leaseUntil.Store(h.LeaseUntil.UnixNano())
+	r.finished.Store(true)
+	end := c.newRunEnd(r, 0)
+	end.record.Outcome = OutcomeReleased
+	end.record.Error = "the claim's reply was lost; released without running"
+	c.writeEnd(r, end)
+}
+
+// decodeClaimed reads a claimed task as the handler will see it. A task
+// that cannot run as stored (a field of the wrong type, a missing one,
+// params that do not decode into P, a broken plan) returns the problem,
+// naming the field.
+func decodeClaimed[P any](raw bson.Raw, workerID string) (*taskDoc, *Task[P], *problem) {
+	if p := inspect(raw); p != nil {
+		return nil, nil, p
+	}
+	var doc taskDoc
+	if err := bson.Unmarshal(raw, &doc); err != nil {
+		return nil, nil, &problem{field: "(document)", reason: fmt.Sprintf("cannot be decoded: %v", err)}
+	}
+	if doc.Key == "" {
+		doc.Key = doc.ID
+	}
+	h, ok := doc.Holders[workerID]
+	if !ok {
+		return nil, nil, &problem{field: holderPath(workerID), reason: "is missing right after the claim"}
+	}
+	task, err := decodeTask[P](&doc)
+	if err != nil {
+		return nil, nil, &problem{field: fParams, reason: err.Error()}
+	}
+	task.Run = &Run{
+		ID: h.Run, WorkerID: workerID, StartedAt: h.Started, PlannedAt: ptrTime(doc.planned()),
+		Status: doc.Status, Succeeded: doc.Succeeded, FailedRuns: doc.FailedRuns,
+	}
+	return &doc, task, nil
 }
 
 // isServerRefusal reports an error where the server refused the command on
@@ -183,22 +303,39 @@ func isServerRefusal(err error) bool {
 	return errors.As(err, &se) && !mongo.IsNetworkError(err) && !mongo.IsTimeout(err)
 }
 
-// poison finds the task the refused claim was aimed at and skips it from now
-// on, so that the other tasks are still served.
-func (c *Consumer[P, R]) poison(ctx context.Context, st *claimState, filter bson.D, cause error) {
-	var doc struct {
-		Key string `bson:"key"`
-	}
-	err := c.coll.FindOne(ctx, filter, options.FindOne().SetSort(claimSort).SetProjection(bson.D{{Key: fKey, Value: 1}})).Decode(&doc)
+// refused handles a claim the server refused: the task it was aimed at is
+// set to StatusInvalid with the reason, so that every worker skips it from
+// then on. If even that write is refused, this worker skips the task for
+// a while.
+func (c *Consumer[P, R]) refused(ctx context.Context, st *claimState, filter bson.D, cause error) {
+	raw, err := c.coll.FindOne(ctx, filter, options.FindOne().SetSort(claimSort)).Raw()
 	if err != nil {
 		c.loopError(ctx, fmt.Errorf("mscheduler: claim refused (%v), and the task could not be identified: %w", cause, err))
 		return
 	}
-	if len(st.poisoned) < maxPoisoned {
-		st.poisoned = append(st.poisoned, doc.Key)
+	key, _ := raw.Lookup(fID).StringValueOK()
+	prob := inspect(raw)
+	if prob == nil {
+		prob = &problem{field: "(document)", reason: "cannot be claimed: " + serverMessage(cause)}
 	}
-	c.log.Error("task cannot be claimed; skipping it", "key", doc.Key, "error", cause)
-	c.emit(Event{Kind: EventError, Key: doc.Key, Err: fmt.Errorf("mscheduler: task %q cannot be claimed, skipped: %w", doc.Key, cause)})
+	q := &quarantine{key: key, filter: asRead(raw), raw: raw, prob: prob, found: foundAtRefusal}
+	if _, err := c.quarantine(ctx, q); err != nil {
+		st.skipped.add(key, c.clock.Now().Add(skipFor))
+		c.log.Error("task cannot be claimed nor set invalid; skipping it for a while", "key", key, "error", err, "skip_for", skipFor)
+		c.emit(Event{Kind: EventError, Key: key, Err: fmt.Errorf("mscheduler: task %q cannot be claimed (%v), skipped for %s: %w", key, prob, skipFor, err)})
+	}
+}
+
+// asRead fences a write on a task not having changed since it was read:
+// same rev, or, for a document without one, same status.
+func asRead(raw bson.Raw) bson.D {
+	f := bson.D{{Key: fID, Value: raw.Lookup(fID)}}
+	for _, field := range []string{fRev, fStatus} {
+		if v := raw.Lookup(field); v.Type != 0 {
+			return append(f, bson.E{Key: field, Value: v})
+		}
+	}
+	return append(f, bson.E{Key: fStatus, Value: op("$exists", false)})
 }
 
 // scheduleNextDue remembers when the earliest not-yet-due eligible task
@@ -209,7 +346,7 @@ func (c *Consumer[P, R]) scheduleNextDue(ctx context.Context, st *claimState) {
 		RunAt time.Time `bson:"run_at"`
 	}
 	opts := options.FindOne().SetSort(bson.D{{Key: fRunAt, Value: 1}}).SetProjection(bson.D{{Key: fRunAt, Value: 1}})
-	err := c.coll.FindOne(ctx, futureFilter(c.cfg.WorkerID, c.cfg.Groups, st.poisoned, now), opts).Decode(&doc)
+	err := c.coll.FindOne(ctx, futureFilter(c.cfg.WorkerID, c.cfg.Groups, st.skipped.keys(now), now), opts).Decode(&doc)
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 	case err != nil:
@@ -230,6 +367,61 @@ func (c *Consumer[P, R]) loopError(ctx context.Context, err error) {
 }
 
 func newRunID() string { return uuid.NewString() }
+
+// skipList holds the tasks this worker skips for a while; it is bounded
+// and forgets each entry when it expires.
+type skipList []skipped
+
+type skipped struct {
+	key   string
+	until time.Time
+}
+
+func (l *skipList) add(key string, until time.Time) {
+	if len(*l) >= maxSkipped {
+		*l = (*l)[1:]
+	}
+	*l = append(*l, skipped{key, until})
+}
+
+// keys returns the keys still skipped at now, forgetting the others.
+func (l *skipList) keys(now time.Time) []string {
+	left := (*l)[:0]
+	var out []string
+	for _, s := range *l {
+		if now.Before(s.until) {
+			left = append(left, s)
+			out = append(out, s.key)
+		}
+	}
+	*l = left
+	return out
+}
+
+// leaseHint is the lease a claim takes: the longest worker timeout among
+// the tasks this worker claimed last, so that with tasks alike every claim
+// leases for exactly their timeout, and a task with another one has its
+// lease fitted by a ping right after the claim.
+type leaseHint struct {
+	seen [16]time.Duration
+	next int
+}
+
+func (h *leaseHint) observe(timeout time.Duration) {
+	h.seen[h.next%len(h.seen)] = timeout
+	h.next++
+}
+
+func (h *leaseHint) lease() time.Duration {
+	longest := time.Duration(0)
+	for _, d := range h.seen {
+		longest = max(longest, d)
+	}
+	if longest <= 0 {
+		return claimLease
+	}
+	return longest
+}
 
 // dueHeap is a min-heap of server times at which the claim loop should look
 // again: a future run_at, or a lease that may lapse. Duplicates are harmless

@@ -50,7 +50,16 @@ const (
 	TimeoutGraceDefault             = 5 * time.Second
 	WriteTimeoutDefault             = 10 * time.Second
 	RunsKeptDefault                 = 20
+	CheckIntervalDefault            = time.Minute
+	MaxResultBytesDefault           = 64 << 10
+	MaxErrorBytesDefault            = 8 << 10
 )
+
+// RunsBudgetBytes bounds what the kept run records of one task may take:
+// RunsKept × (MaxResultBytes + MaxErrorBytes + 1 KiB) must fit in it, so
+// that with params of at most [MaxParamsBytes] a task document always
+// stays below MongoDB's 16 MiB limit and every run end fits.
+const RunsBudgetBytes = 7 << 20
 
 // ConsumerConfig configures a [Consumer]. The zero value is ready to use.
 type ConsumerConfig struct {
@@ -94,6 +103,18 @@ type ConsumerConfig struct {
 	// RunsKept is how many finished runs a task document keeps. Defaults to
 	// [RunsKeptDefault].
 	RunsKept int
+	// MaxResultBytes caps the encoded result of a run: a larger result is
+	// not stored, and the run fails with an error that says so. Defaults to
+	// [MaxResultBytesDefault]; see [RunsBudgetBytes].
+	MaxResultBytes int
+	// MaxErrorBytes caps the error text stored with a run; a longer one is
+	// cut, saying so. Defaults to [MaxErrorBytesDefault].
+	MaxErrorBytes int
+	// CheckInterval is how often the consumer looks for task documents that
+	// no claim can match (a missing or unknown status, a run_at that is not
+	// a date, a missing counter, ...), as hand edits leave them, and sets
+	// them invalid with the reason. Defaults to [CheckIntervalDefault].
+	CheckInterval time.Duration
 	// WriteConcern of every write. Defaults to majority: a run end
 	// acknowledged with w:1 can be rolled back by a failover, and the run
 	// would then execute again.
@@ -104,11 +125,18 @@ type ConsumerConfig struct {
 	// OnEvent, if set, is called for every [Event], from the goroutine where
 	// it happens. It must not block.
 	OnEvent func(Event)
-	// Clock is the local clock; the server's clock is estimated from it.
+	// Clock is the local wall clock. Lease and schedule decisions do not
+	// read it: they use the server's time, measured every
+	// ClockSyncInterval and carried forward by Monotonic. The wall clock
+	// only tells when to measure again at once: when it moves apart from
+	// Monotonic by more than [ClockStepThreshold] (a step, a resumed VM).
 	// Defaults to time.Now.
 	Clock func() time.Time
-	// ClockSyncInterval is how often the server clock offset is measured
-	// again. Defaults to [ClockSyncIntervalDefault].
+	// Monotonic is a clock that is never stepped: the time elapsed since a
+	// fixed origin. Defaults to the runtime's monotonic clock.
+	Monotonic func() time.Duration
+	// ClockSyncInterval is how often the server's clock is measured again.
+	// Defaults to [ClockSyncIntervalDefault].
 	ClockSyncInterval time.Duration
 }
 
@@ -141,6 +169,9 @@ func (c *ConsumerConfig) withDefaults() *ConsumerConfig {
 	out.TimeoutGrace = cmp.Or(out.TimeoutGrace, TimeoutGraceDefault)
 	out.WriteTimeout = cmp.Or(out.WriteTimeout, WriteTimeoutDefault)
 	out.RunsKept = cmp.Or(out.RunsKept, RunsKeptDefault)
+	out.MaxResultBytes = cmp.Or(out.MaxResultBytes, MaxResultBytesDefault)
+	out.MaxErrorBytes = cmp.Or(out.MaxErrorBytes, MaxErrorBytesDefault)
+	out.CheckInterval = cmp.Or(out.CheckInterval, CheckIntervalDefault)
 	out.ClockSyncInterval = cmp.Or(out.ClockSyncInterval, ClockSyncIntervalDefault)
 	if out.WriteConcern == nil {
 		out.WriteConcern = writeconcern.Majority()
@@ -184,6 +215,15 @@ func (c *ConsumerConfig) validate() error {
 		return invalid("WriteTimeout", "must not be negative, got %s", c.WriteTimeout)
 	case c.RunsKept < 1:
 		return invalid("RunsKept", "must be at least 1, got %d", c.RunsKept)
+	case c.MaxResultBytes < 0:
+		return invalid("MaxResultBytes", "must not be negative, got %d", c.MaxResultBytes)
+	case c.MaxErrorBytes < 64:
+		return invalid("MaxErrorBytes", "must be at least 64, got %d", c.MaxErrorBytes)
+	case c.CheckInterval < 0:
+		return invalid("CheckInterval", "must not be negative, got %s", c.CheckInterval)
+	case int64(c.RunsKept)*int64(c.MaxResultBytes+c.MaxErrorBytes+1<<10) > RunsBudgetBytes:
+		return invalid("MaxResultBytes", "RunsKept (%d) × (MaxResultBytes (%d) + MaxErrorBytes (%d) + 1 KiB) must be at most RunsBudgetBytes (%d), so that a task document stays below 16 MiB",
+			c.RunsKept, c.MaxResultBytes, c.MaxErrorBytes, RunsBudgetBytes)
 	}
 	return nil
 }
@@ -197,20 +237,27 @@ type Consumer[P, R any] struct {
 	clock   *serverClock
 	log     *slog.Logger
 
-	slots  *semaphore.Weighted // one unit per running handler
-	pinger *pinger
-	wakeCh chan struct{} // buffered 1: something may have become claimable
+	slots   *semaphore.Weighted // one unit per run, from its claim until its end is written
+	running sync.WaitGroup      // run goroutines
+	pinger  *pinger
+	wakeCh  chan struct{} // buffered 1: something may have become claimable
 
 	// abandoned counts handler goroutines given up on and still running:
 	// raised by the run that abandons one, lowered by the goroutine itself.
 	abandoned atomic.Int64
 
 	// fetchCtx stops the claim loop and the watcher; workCtx cancels
-	// handlers. Both are set by Start and never change after.
+	// handlers; pingCtx stops the pinger, last, once no run is left; endCtx
+	// gives up run ends still being written when Stop has waited enough.
+	// All are set by Start and never change after.
 	fetchCtx    context.Context
 	fetchCancel context.CancelFunc
 	workCtx     context.Context
 	workCancel  context.CancelCauseFunc
+	pingCtx     context.Context
+	pingCancel  context.CancelFunc
+	endCtx      context.Context
+	endCancel   context.CancelFunc
 	loops       sync.WaitGroup // claim loop, watcher, pinger
 
 	lifeMu  sync.Mutex // guards started, stopped and unsubscribe
@@ -242,7 +289,7 @@ func NewConsumer[P, R any](coll *mongo.Collection, handler Handler[P, R], cfg *C
 		coll:    coll.Clone(options.Collection().SetWriteConcern(c.WriteConcern)),
 		handler: handler,
 		cfg:     c,
-		clock:   newServerClock(c.Clock, c.ClockSyncInterval),
+		clock:   newServerClock(c.Clock, c.Monotonic, c.ClockSyncInterval),
 		log:     c.Logger.With("worker_id", c.WorkerID, "collection", coll.Name()),
 		slots:   semaphore.NewWeighted(int64(c.Capacity)),
 		wakeCh:  make(chan struct{}, 1),
@@ -280,16 +327,20 @@ func (c *Consumer[P, R]) Start(ctx context.Context) error {
 	}
 	c.fetchCtx, c.fetchCancel = context.WithCancel(context.Background())
 	c.workCtx, c.workCancel = context.WithCancelCause(context.Background())
+	c.pingCtx, c.pingCancel = context.WithCancel(context.Background())
+	c.endCtx, c.endCancel = context.WithCancel(context.Background())
 	stream, err := c.openStream(ctx)
 	if err != nil {
 		c.fetchCancel()
 		c.workCancel(err)
+		c.pingCancel()
+		c.endCancel()
 		return err
 	}
 	c.started = true
 	c.unsubscribe = localWakes.subscribe(namespaceOf(c.coll), c.wakeCh)
 	c.loops.Add(2)
-	go func() { defer c.loops.Done(); c.pinger.loop(c.workCtx) }()
+	go func() { defer c.loops.Done(); c.pinger.loop(c.pingCtx) }()
 	go func() { defer c.loops.Done(); c.claimLoop(c.fetchCtx) }()
 	if stream != nil {
 		c.loops.Add(1)
@@ -303,6 +354,8 @@ func (c *Consumer[P, R]) Start(ctx context.Context) error {
 // workers can claim them at once, without waiting for the lease to lapse. A
 // handler that ignores its context for longer than ReleaseTimeout is
 // abandoned: its run is released anyway and its late result is not written.
+// Leases are kept all along: the pinger stops last, once every run's end is
+// written, Stop waiting at most WriteTimeout for end writes still going.
 // Stop is idempotent and safe to call before Start.
 func (c *Consumer[P, R]) Stop(ctx context.Context) error {
 	c.stopOnce.Do(func() { c.stopErr = c.stop(ctx) })
@@ -328,9 +381,25 @@ func (c *Consumer[P, R]) stop(ctx context.Context) error {
 			c.releaseAbandoned()
 		}
 	}
+	c.awaitRuns(c.cfg.WriteTimeout)
+	c.endCancel()
 	c.workCancel(ErrShutdown)
+	c.pingCancel()
 	c.loops.Wait()
 	return nil
+}
+
+// awaitRuns waits up to limit for the run goroutines still going: ones
+// whose end is being written, or whose handler was abandoned (they write
+// nothing once Stop released their run).
+func (c *Consumer[P, R]) awaitRuns(limit time.Duration) {
+	done := make(chan struct{})
+	go func() { c.running.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(limit):
+		c.log.Warn("stopping with run ends still being written; their leases will lapse", "waited", limit)
+	}
 }
 
 // wake tells the claim loop that a task may have become claimable.

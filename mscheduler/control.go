@@ -90,25 +90,26 @@ func (p *Producer[P]) rewrite(ctx context.Context, key, verb string, build func(
 }
 
 // resumeUpdate unpauses the task and, for a plan whose current planned time
-// passed while no run of it was going, skips to the first one after now.
+// passed while no run of it was going, moves it on as a late first start
+// under MissedSkip would: to the latest planned time within grace, or the
+// first one after now, the others skipped (none left: the plan finishes).
+// Pending skips are left for the claim to apply.
 func resumeUpdate(doc *taskDoc, now time.Time) (bson.D, error) {
 	set := bson.D{{Key: fUpdatedAt, Value: now}}
 	inc := bson.D{{Key: fRev, Value: 1}}
-	// An occurrence that began (a success of several, a failed run) is
-	// completed, not skipped.
-	untouched := doc.Running == 0 && doc.Succeeded == 0 && doc.FailedRuns == 0
-	if pl := doc.Plan; pl != nil && untouched && !pl.Started && doc.Status == StatusPending && !pl.Planned.After(now) {
+	if pl := doc.Plan; pl != nil && doc.Status == StatusPending {
 		s, err := pl.schedule()
 		if err != nil {
 			return nil, err
 		}
-		next := s.after(now)
-		if next.IsZero() {
+		step := s.resumeStep(pl, doc.Running, doc.Succeeded, doc.FailedRuns, now)
+		switch {
+		case step.Done:
 			set = append(set, bson.E{Key: fStatus, Value: StatusFinished}, bson.E{Key: fFree, Value: 0})
-			inc = append(inc, bson.E{Key: pSkipped, Value: s.count(pl.Planned, s.beyond())})
-		} else {
-			set = append(set, bson.E{Key: fRunAt, Value: next}, bson.E{Key: pPlanned, Value: next}, bson.E{Key: pScheduled, Value: now})
-			inc = append(inc, bson.E{Key: pSkipped, Value: s.count(pl.Planned, next)})
+			inc = append(inc, bson.E{Key: pSkipped, Value: step.Skipped})
+		case !step.Next.Equal(pl.Planned):
+			set = append(set, bson.E{Key: fRunAt, Value: step.Next}, bson.E{Key: pPlanned, Value: step.Next}, bson.E{Key: pScheduled, Value: now})
+			inc = append(inc, bson.E{Key: pSkipped, Value: step.Skipped})
 		}
 	}
 	return bson.D{

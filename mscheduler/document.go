@@ -76,7 +76,6 @@ type taskDoc struct {
 	DoneBy          []string          `bson:"done_by,omitempty"`
 	NextExpiry      *time.Time        `bson:"next_expiry,omitempty"`
 	Rev             int64             `bson:"rev"`
-	Runs            []runRecord       `bson:"runs,omitempty"`
 	CreatedAt       time.Time         `bson:"created_at"`
 	UpdatedAt       time.Time         `bson:"updated_at"`
 	Description     string            `bson:"description,omitempty"`
@@ -84,9 +83,9 @@ type taskDoc struct {
 	Tags            []string          `bson:"tags,omitempty"`
 	Plan            *planDoc          `bson:"plan,omitempty"`
 	Paused          bool              `bson:"paused,omitempty"`
-
-	// corrupt is why a claimed document could not be decoded; not stored.
-	corrupt error `bson:"-"`
+	Invalid         *invalidNote      `bson:"invalid,omitempty"`
+	// runs, the finished runs, is only ever appended to ($push) and read
+	// apart: a hand edit of an old run record must not stop the task.
 }
 
 // holder is a run in progress, stored under holders.<worker id>: a worker

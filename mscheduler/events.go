@@ -33,6 +33,11 @@ const (
 	// occurrence (Event.Skipped says how many), under its plan's missed-run
 	// policy or pending skips.
 	EventSkipped EventKind = "skipped"
+	// EventInvalid: a task's document was found unusable (a field of the
+	// wrong type, a missing or unknown status, ...) and set to
+	// StatusInvalid; Err names the key and the field. Reported once per
+	// task, by the worker that found it.
+	EventInvalid EventKind = "invalid"
 	// EventError: a background operation failed (a claim, a ping, a write);
 	// the consumer keeps going.
 	EventError EventKind = "error"

@@ -7,11 +7,15 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"time"
+	"unicode/utf8"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // startRun starts the goroutine that executes a claimed run. The claim loop
-// has already taken the run's slot; the goroutine gives it back.
-func (c *Consumer[P, R]) startRun(doc *taskDoc) {
+// has already taken the run's slot; the goroutine gives it back once the
+// run's end is written.
+func (c *Consumer[P, R]) startRun(doc *taskDoc, task *Task[P]) {
 	h := doc.Holders[c.cfg.WorkerID]
 	ctx, cancel := context.WithCancelCause(c.workCtx)
 	r := &activeRun{
@@ -24,32 +28,25 @@ func (c *Consumer[P, R]) startRun(doc *taskDoc) {
 		workerTimeout: fromMS(doc.WorkerTimeoutMS),
 		doc:           doc,
 	}
-	if r.pingInterval <= 0 || r.workerTimeout <= r.pingInterval {
-		r.pingInterval, r.workerTimeout = PingIntervalDefault, WorkerTimeoutDefault
-	}
 	r.leaseUntil.Store(h.LeaseUntil.UnixNano())
 	c.emit(Event{Kind: EventClaimed, Key: r.key, RunID: r.runID, Planned: ptrTime(doc.planned())})
 	c.log.Debug("claimed", "key", r.key, "run_id", r.runID)
 	c.pinger.add(r)
+	c.running.Add(1)
 	go func() {
+		defer c.running.Done()
 		defer c.slots.Release(1)
 		defer c.wake()
 		defer cancel(nil)
-		c.execute(ctx, r, doc)
+		c.execute(ctx, r, task)
 	}()
 }
 
 // execute runs the handler with local retries and writes the run's end.
-func (c *Consumer[P, R]) execute(ctx context.Context, r *activeRun, doc *taskDoc) {
-	task, err := decodeTask[P](doc, r)
-	var result R
-	attempts := 0
-	if err != nil {
-		err = SkipRetry(err)
-	} else {
-		result, err, attempts = c.callWithRetries(ctx, r, task, doc)
-	}
-	c.pinger.remove(r)
+// The pinger keeps the run's lease until the end is written.
+func (c *Consumer[P, R]) execute(ctx context.Context, r *activeRun, task *Task[P]) {
+	defer c.pinger.remove(r)
+	result, err, attempts := c.callWithRetries(ctx, r, task, r.doc)
 	if r.lost.Load() {
 		c.emit(Event{Kind: EventLeaseLost, Key: r.key, RunID: r.runID, Attempt: attempts, Err: context.Cause(ctx)})
 		return
@@ -61,21 +58,49 @@ func (c *Consumer[P, R]) execute(ctx context.Context, r *activeRun, doc *taskDoc
 	switch {
 	case err == nil:
 		end.record.Outcome = OutcomeSucceeded
-		if end.record.Result, err = encodeValue(result); err != nil {
-			end.record.Outcome = OutcomeFailed
-			end.record.Error = fmt.Sprintf("result cannot be encoded as BSON: %v", err)
+		end.record.Result, err = c.encodeResult(result)
+		if err != nil {
+			end.record.Outcome, end.record.Result = OutcomeFailed, bson.RawValue{}
+			end.record.Error = err.Error()
 		}
 	case errors.Is(context.Cause(ctx), ErrShutdown):
 		end.record.Outcome = OutcomeReleased
-		end.record.Error = err.Error()
+		end.record.Error = c.capError(err.Error())
 	case errors.Is(context.Cause(ctx), ErrRevoked):
 		end.record.Outcome = OutcomeRevoked
 		end.record.Error = ErrRevoked.Error()
 	default:
 		end.record.Outcome = OutcomeFailed
-		end.record.Error = err.Error()
+		end.record.Error = c.capError(err.Error())
 	}
 	c.writeEnd(r, end)
+}
+
+// encodeResult encodes a handler's result for its run record, within
+// MaxResultBytes.
+func (c *Consumer[P, R]) encodeResult(result R) (bson.RawValue, error) {
+	v, err := encodeValue(result)
+	if err != nil {
+		return bson.RawValue{}, fmt.Errorf("result cannot be encoded as BSON: %v", err)
+	}
+	if len(v.Value) > c.cfg.MaxResultBytes {
+		return bson.RawValue{}, fmt.Errorf("result is %d bytes, over MaxResultBytes (%d): not stored, run failed", len(v.Value), c.cfg.MaxResultBytes)
+	}
+	return v, nil
+}
+
+// capError cuts an error text to MaxErrorBytes, on a rune boundary.
+func (c *Consumer[P, R]) capError(text string) string {
+	limit := c.cfg.MaxErrorBytes
+	if len(text) <= limit {
+		return text
+	}
+	note := fmt.Sprintf("… (%d bytes, cut to MaxErrorBytes)", len(text))
+	cut := max(limit-len(note), 0)
+	for cut > 0 && !utf8.RuneStart(text[cut]) {
+		cut--
+	}
+	return text[:cut] + note
 }
 
 func (c *Consumer[P, R]) newRunEnd(r *activeRun, attempts int) *runEnd {
@@ -98,30 +123,90 @@ func (c *Consumer[P, R]) newRunEnd(r *activeRun, attempts int) *runEnd {
 	}
 }
 
+// endWriteTries bounds the attempts at a run end that fails for a reason
+// that may pass (the network, a failover, a timeout). Between them the
+// pinger keeps the run's lease, so a slow server costs no second run.
+const endWriteTries = 5
+
+// writeEnd writes a run's end while the pinger keeps its lease. A write the
+// server refuses because of what the document holds is replaced by the
+// minimal write that ends the run and sets the task invalid, naming the
+// field. A write that keeps failing otherwise is given up when the lease
+// lapses or after endWriteTries: the lease then lapses, and another worker
+// records the run as expired (at least once, never lost).
 func (c *Consumer[P, R]) writeEnd(r *activeRun, end *runEnd) {
-	ctx, cancel := c.writeCtx()
-	defer cancel()
-	err := end.write(ctx, c.coll)
+	var err error
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(c.endCtx, c.cfg.WriteTimeout)
+		err = end.write(ctx, c.coll)
+		cancel()
+		if err == nil || errors.Is(err, errRunGone) || unwritable(err) || try == endWriteTries || c.pinger.lapsed(r) || c.endCtx.Err() != nil {
+			break
+		}
+		c.log.Warn("could not write run end; trying again while the lease is kept", "key", r.key, "run_id", r.runID, "try", try, "error", err)
+		select {
+		case <-time.After(backoff(endRetryDelay, try)):
+		case <-c.endCtx.Done():
+		}
+	}
 	ev := Event{Key: r.key, RunID: r.runID, Attempt: end.record.Attempts, Planned: ptrTime(end.record.Planned)}
 	switch {
+	case err == nil:
+		c.reportEnd(r, end, ev)
+		return
 	case errors.Is(err, errRunGone):
 		ev.Kind, ev.Err = EventLeaseLost, ErrLeaseLost
 		c.log.Warn("run was taken over before its end was written; result dropped", "key", r.key, "run_id", r.runID)
-	case err != nil:
-		// The lease will lapse and another worker will record the run as
-		// expired and take its slot: at-least-once, never lost.
-		ev.Kind, ev.Err = EventError, err
-		c.log.Error("could not write run end", "key", r.key, "run_id", r.runID, "error", err)
+	case unwritable(err):
+		c.endUnwritable(r, end, err)
+		return
 	default:
-		ev.Kind = map[Outcome]EventKind{
-			OutcomeSucceeded: EventSucceeded, OutcomeFailed: EventFailed, OutcomeReleased: EventReleased, OutcomeRevoked: EventRevoked,
-		}[end.record.Outcome]
-		if end.record.Error != "" {
-			ev.Err = errors.New(end.record.Error)
-		}
+		ev.Kind, ev.Err = EventError, err
+		c.log.Error("could not write run end; its lease will lapse and another worker will record it as expired", "key", r.key, "run_id", r.runID, "error", err)
+	}
+	c.emit(ev)
+}
+
+// endRetryDelay is the first pause before a run end is tried again.
+const endRetryDelay = 100 * time.Millisecond
+
+func (c *Consumer[P, R]) reportEnd(r *activeRun, end *runEnd, ev Event) {
+	ev.Kind = map[Outcome]EventKind{
+		OutcomeSucceeded: EventSucceeded, OutcomeFailed: EventFailed, OutcomeReleased: EventReleased, OutcomeRevoked: EventRevoked,
+	}[end.record.Outcome]
+	if end.record.Error != "" {
+		ev.Err = errors.New(end.record.Error)
+	}
+	if end.record.Outcome == OutcomeFailed {
+		c.log.Warn("run failed", "key", r.key, "run_id", r.runID, "attempts", end.record.Attempts, "error", end.record.Error)
+	} else {
 		c.log.Info("run "+string(end.record.Outcome), "key", r.key, "run_id", r.runID, "attempts", end.record.Attempts)
 	}
 	c.emit(ev)
+}
+
+// endUnwritable ends a run whose end the server refused because of the
+// stored document: the minimal fenced write removes the run's holder entry
+// and sets the task invalid, keeping the run's record in the reason.
+func (c *Consumer[P, R]) endUnwritable(r *activeRun, end *runEnd, cause error) {
+	ctx, cancel := context.WithTimeout(c.endCtx, c.cfg.WriteTimeout)
+	defer cancel()
+	raw, prob := problemOf(ctx, c.coll, end.fence, cause)
+	if raw == nil {
+		c.emit(Event{Kind: EventLeaseLost, Key: r.key, RunID: r.runID, Err: ErrLeaseLost})
+		return
+	}
+	rec := end.record
+	rec.Result = bson.RawValue{}
+	q := &quarantine{key: r.key, filter: end.fence, raw: raw, prob: prob, found: foundAtRunEnd, holder: end.workerID, run: &rec}
+	ok, err := c.quarantine(ctx, q)
+	switch {
+	case err != nil:
+		c.log.Error("run end refused, and so was setting the task invalid; its lease will lapse", "key", r.key, "run_id", r.runID, "refused", cause, "error", err)
+		c.emit(Event{Kind: EventError, Key: r.key, RunID: r.runID, Err: err})
+	case !ok:
+		c.emit(Event{Kind: EventLeaseLost, Key: r.key, RunID: r.runID, Err: ErrLeaseLost})
+	}
 }
 
 // callWithRetries calls the handler until it succeeds, its error is final,
@@ -168,9 +253,9 @@ func backoff(base time.Duration, n int) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
-// decodeTask builds the handler's view of a claimed task. A document whose
-// params do not decode into P fails its run at once, with the field named.
-func decodeTask[P any](doc *taskDoc, r *activeRun) (*Task[P], error) {
+// decodeTask builds the handler's view of a stored task (without Run). Its
+// error says why the params do not decode into P.
+func decodeTask[P any](doc *taskDoc) (*Task[P], error) {
 	t := &Task[P]{
 		Key:             doc.Key,
 		Priority:        doc.Priority,
@@ -188,61 +273,18 @@ func decodeTask[P any](doc *taskDoc, r *activeRun) (*Task[P], error) {
 		Description:     doc.Description,
 		Source:          doc.Source,
 		Tags:            doc.Tags,
-		Run: &Run{
-			ID: r.runID, WorkerID: doc.holderWorker(r.runID), StartedAt: r.started, PlannedAt: ptrTime(doc.planned()),
-			Status: doc.Status, Succeeded: doc.Succeeded, FailedRuns: doc.FailedRuns,
-		},
-	}
-	if doc.corrupt != nil {
-		return nil, doc.corrupt
-	}
-	if err := doc.validate(); err != nil {
-		return nil, err
 	}
 	if doc.Plan != nil {
-		p, err := doc.Plan.plan()
-		if err == nil {
-			_, err = doc.Plan.schedule()
+		if p, err := doc.Plan.plan(); err == nil {
+			t.Plan = &p
 		}
-		if err != nil {
-			return nil, fmt.Errorf("task %q: %w", doc.Key, err)
-		}
-		t.Plan = &p
 	}
-	if err := doc.Params.Unmarshal(&t.Params); err != nil {
-		return nil, fmt.Errorf("task %q: field %s cannot be decoded into %T: %w", doc.Key, fParams, t.Params, err)
+	if doc.Params.Type != 0 {
+		if err := doc.Params.Unmarshal(&t.Params); err != nil {
+			return t, fmt.Errorf("cannot be decoded into %T: %v", t.Params, err)
+		}
 	}
 	return t, nil
-}
-
-// validate checks the options of a stored task, which a hand edit may have
-// broken; a broken task fails its run at once with the field named.
-func (d *taskDoc) validate() error {
-	bad := func(field string, format string, args ...any) error {
-		return fmt.Errorf("task %q: field %s %s", d.Key, field, fmt.Sprintf(format, args...))
-	}
-	switch {
-	case d.Concurrency < 1:
-		return bad(fConcurrency, "must be at least 1, got %d", d.Concurrency)
-	case d.PingIntervalMS <= 0:
-		return bad(fPingIntervalMS, "must be positive, got %d", d.PingIntervalMS)
-	case d.WorkerTimeoutMS <= d.PingIntervalMS:
-		return bad(fWorkerTimeoutMS, "must be greater than %s (%d), got %d", fPingIntervalMS, d.PingIntervalMS, d.WorkerTimeoutMS)
-	case d.MaxFailedRuns < 1:
-		return bad(fMaxFailedRuns, "must be at least 1, got %d", d.MaxFailedRuns)
-	case d.MaxRetries < NoRetries:
-		return bad(fMaxRetries, "must be -1 or more, got %d", d.MaxRetries)
-	}
-	return nil
-}
-
-func (d *taskDoc) holderWorker(runID string) string {
-	for w, h := range d.Holders {
-		if h.Run == runID {
-			return w
-		}
-	}
-	return ""
 }
 
 // releaseAbandoned releases the runs whose handlers ignored their cancelled
@@ -253,12 +295,12 @@ func (c *Consumer[P, R]) releaseAbandoned() {
 		if !r.finished.CompareAndSwap(false, true) {
 			continue
 		}
-		c.pinger.remove(r)
 		c.log.Error("handler ignored cancellation; run released and goroutine abandoned", "key", r.key, "run_id", r.runID)
 		end := c.newRunEnd(r, 0)
 		end.record.Outcome = OutcomeReleased
 		end.record.Error = fmt.Sprintf("handler did not return within %s of shutdown; abandoned", c.cfg.ReleaseTimeout)
 		c.writeEnd(r, end)
+		c.pinger.remove(r)
 	}
 }
 

@@ -49,30 +49,62 @@ func BuildTaskDoc[P any](t Task[P], now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("encode: %w", err)
 	}
-	back := decodeClaimed(raw, "w")
-	if back.corrupt != nil {
-		return fmt.Errorf("a published document does not decode: %w", back.corrupt)
+	if d.Status == StatusFinished {
+		return nil
 	}
-	if err := back.validate(); err != nil {
-		return fmt.Errorf("a published document fails validation: %w", err)
+	claimed, err := claimedForm(raw)
+	if err != nil {
+		return err
 	}
-	if back.Free != back.Concurrency && back.Status != StatusFinished {
-		return fmt.Errorf("free %d != concurrency %d", back.Free, back.Concurrency)
+	back, _, prob := decodeClaimed[P](claimed, "w")
+	if prob != nil {
+		return fmt.Errorf("a published document fails inspection: %w", prob)
 	}
-	if back.Plan != nil && back.Status == StatusPending && back.RunAt.Before(back.Plan.Planned) {
+	if back.Free != back.Concurrency-1 {
+		return fmt.Errorf("free %d != concurrency %d - 1 after a claim", back.Free, back.Concurrency)
+	}
+	if back.Plan != nil && back.RunAt.Before(back.Plan.Planned) {
 		return fmt.Errorf("run_at %s before the planned time %s", back.RunAt, back.Plan.Planned)
 	}
 	return nil
 }
 
+// claimedForm is a stored task as a claim by worker "w" leaves it.
+func claimedForm(raw bson.Raw) (bson.Raw, error) {
+	var m bson.M
+	if err := bson.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	m[fStatus] = StatusRunning
+	m[fHolders] = bson.M{"w": holder{Run: "r", Started: time.Now(), LeaseUntil: time.Now().Add(time.Minute)}}
+	if f, ok := m[fFree].(int32); ok {
+		m[fFree] = f - 1
+	}
+	if n, ok := m[fRunning].(int32); ok {
+		m[fRunning] = n + 1
+	}
+	return bson.Marshal(m)
+}
+
 // DecodeForRun decodes a claimed document as a worker does and builds the
 // handler's task from it; it reports whether the run could go ahead, and
-// fails (it does not panic) on any document.
-func DecodeForRun(raw []byte) (ok bool, err error) {
-	doc := decodeClaimed(bson.Raw(raw), "w")
-	_, err = decodeTask[map[string]any](doc, &activeRun{runID: "r"})
-	if err == nil && doc.Plan != nil {
+// fails (it does not panic) on any document. A refusal names a field.
+func DecodeForRun(raw []byte) (ok bool, field string, err error) {
+	doc, _, prob := decodeClaimed[map[string]any](bson.Raw(raw), "w")
+	if prob != nil {
+		return false, prob.field, prob
+	}
+	if doc.Plan != nil {
 		_ = newPlanAdvance(doc, time.Now(), time.Now())
 	}
-	return err == nil, err
+	return true, "", nil
+}
+
+// Inspect is the worker's inspection of a stored document: the field at
+// fault and why, or empty strings.
+func Inspect(raw []byte) (field, reason string) {
+	if p := inspect(bson.Raw(raw)); p != nil {
+		return p.field, p.reason
+	}
+	return "", ""
 }

@@ -61,13 +61,15 @@ func FuzzPublishInput(f *testing.F) {
 }
 
 // FuzzDecodeHandEdited: a task document edited by hand into anything never
-// panics a worker; it either runs, or fails with an error that names a
-// field or says the document cannot be decoded.
+// panics a worker; it either runs, or is refused (and would be set
+// invalid) with a reason that names the field.
 func FuzzDecodeHandEdited(f *testing.F) {
 	valid := bson.D{
 		{Key: "_id", Value: "k"}, {Key: "key", Value: "k"}, {Key: "schema", Value: 1}, {Key: "params", Value: bson.D{{Key: "n", Value: 1}}},
-		{Key: "status", Value: "running"}, {Key: "concurrency", Value: 1}, {Key: "ping_interval_ms", Value: 100}, {Key: "worker_timeout_ms", Value: 1000},
+		{Key: "status", Value: "running"}, {Key: "run_at", Value: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{Key: "concurrency", Value: 1}, {Key: "ping_interval_ms", Value: 100}, {Key: "worker_timeout_ms", Value: 1000},
 		{Key: "max_retries", Value: 2}, {Key: "max_failed_runs", Value: 3}, {Key: "free", Value: 0}, {Key: "running", Value: 1},
+		{Key: "succeeded", Value: 0}, {Key: "failed_runs", Value: 0}, {Key: "runs", Value: bson.A{}},
 		{Key: "holders", Value: bson.D{{Key: "w", Value: bson.D{{Key: "run", Value: "r"}}}}},
 		{Key: "plan", Value: bson.D{{Key: "kind", Value: "every"}, {Key: "every", Value: 5}, {Key: "unit", Value: "minute"}, {Key: "repeat", Value: -1},
 			{Key: "missed", Value: "skip"}, {Key: "planned", Value: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}},
@@ -79,6 +81,9 @@ func FuzzDecodeHandEdited(f *testing.F) {
 		{Key: "plan", Value: bson.D{{Key: "kind", Value: "cron"}, {Key: "cron", Value: "every full moon"}}},
 		{Key: "plan", Value: bson.D{{Key: "kind", Value: "weekly"}, {Key: "weekday", Value: 9}, {Key: "time", Value: "25:00"}}},
 		{Key: "params", Value: bson.A{1, 2}}, {Key: "worker_timeout_ms", Value: -1},
+		{Key: "max_failed_runs", Value: "3"}, {Key: "failed_runs", Value: bson.A{}}, {Key: "runs", Value: "none"},
+		{Key: "status", Value: "queued"}, {Key: "run_at", Value: "tomorrow"}, {Key: "running", Value: 1.5},
+		{Key: "holders", Value: bson.D{{Key: "w", Value: bson.D{{Key: "lease_until", Value: "soon"}}}}},
 	} {
 		d := append(bson.D{}, valid...)
 		for i := range d {
@@ -93,11 +98,15 @@ func FuzzDecodeHandEdited(f *testing.F) {
 		if bson.Raw(raw).Validate() != nil {
 			return // not a document: the server never returns such bytes
 		}
-		ok, err := mscheduler.DecodeForRun(raw)
+		field, reason := mscheduler.Inspect(raw)
+		ok, refusedField, err := mscheduler.DecodeForRun(raw)
 		if ok {
+			if field != "" {
+				t.Fatalf("run accepted, but inspection finds field %s %s", field, reason)
+			}
 			return
 		}
-		if msg := err.Error(); !strings.Contains(msg, "field") && !strings.Contains(msg, "cannot be decoded") && !strings.Contains(msg, "plan.") {
+		if refusedField == "" || !strings.Contains(err.Error(), "field "+refusedField) {
 			t.Fatalf("refused without naming a field: %v", err)
 		}
 	})

@@ -12,7 +12,8 @@ import (
 )
 
 // TaskInfo is a task as stored: its parameters and options, and where it
-// stands.
+// stands. A document that cannot run as stored is still returned, with
+// Problem saying why and the fields that could be read.
 type TaskInfo[P any] struct {
 	// Task holds the key, params, options, metadata and plan; Task.Run is nil.
 	Task                                 Task[P]
@@ -22,25 +23,76 @@ type TaskInfo[P any] struct {
 	// Plan is where the task's plan stands; nil for a task without one.
 	Plan                 *PlanInfo
 	CreatedAt, UpdatedAt time.Time
+	// Problem names the field that keeps the task from running as stored,
+	// and why: what a worker stored when it set the task invalid, or what
+	// reading the document found now. Empty for a sound task.
+	Problem string
+	// Invalid is why and when a worker set the task to StatusInvalid.
+	Invalid *InvalidInfo
+	// Runs are the task's most recent finished runs, oldest first (Get
+	// only; List leaves them out).
+	Runs []RunInfo
 }
 
 // PlanInfo is where a task's plan stands.
 type PlanInfo struct {
 	Planned                 time.Time // the current occurrence
 	Runs, Skipped, SkipNext int
+	// Upcoming are the next planned times as the workers will run them,
+	// from when the task was read, if each runs on time: the current
+	// occurrence first, unless it is too late for the missed-run policy
+	// (then the one that will run in its place). At most
+	// [UpcomingDefault]; empty when the plan is finished.
+	Upcoming []time.Time
+}
+
+// UpcomingDefault is how many upcoming planned times PlanInfo lists.
+const UpcomingDefault = 10
+
+// InvalidInfo is why a worker set a task to StatusInvalid.
+type InvalidInfo struct {
+	Reason   string // names the field and what is wrong with it
+	Field    string
+	Found    string // when it showed: claim, run end, sweep, check or refused claim
+	At       time.Time
+	WorkerID string
+	Was      string // the status before, as stored
+	// Run is the run that was going, whose end could not be recorded as
+	// usual; nil if none.
+	Run *RunInfo
+}
+
+// RunInfo is one finished run of a task.
+type RunInfo struct {
+	RunID, WorkerID   string
+	Outcome           Outcome
+	Started, Finished time.Time
+	LeaseUntil        time.Time
+	Planned           time.Time // for a task with a plan
+	Attempts          int
+	Error             string
+	Result            bson.RawValue // as stored; decode it into the handler's R
+}
+
+func newRunInfo(r runRecord) RunInfo {
+	return RunInfo{
+		RunID: r.RunID, WorkerID: r.WorkerID, Outcome: r.Outcome, Started: r.Started, Finished: r.Finished,
+		LeaseUntil: r.LeaseUntil, Planned: ptrTime(r.Planned), Attempts: r.Attempts, Error: r.Error, Result: r.Result,
+	}
 }
 
 // Get returns the task with the key, or [ErrNotFound].
 func (p *Producer[P]) Get(ctx context.Context, key string) (*TaskInfo[P], error) {
-	var doc taskDoc
-	err := p.coll.FindOne(ctx, bson.D{{Key: fID, Value: key}}, options.FindOne().SetProjection(bson.D{{Key: fRuns, Value: 0}})).Decode(&doc)
+	raw, err := p.coll.FindOne(ctx, bson.D{{Key: fID, Value: key}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, fmt.Errorf("mscheduler: get %q: %w", key, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("mscheduler: get %q: %w", key, err)
 	}
-	return newTaskInfo[P](&doc)
+	info := newTaskInfo[P](raw, p.clock.Now())
+	info.Runs = readRuns(raw)
+	return info, nil
 }
 
 // ListOpts selects tasks for List. Empty fields select everything.
@@ -57,7 +109,8 @@ type ListOpts struct {
 // ListLimitDefault is the default ListOpts.Limit.
 const ListLimitDefault = 100
 
-// List returns the tasks that opts selects, by key.
+// List returns the tasks that opts selects, by key. A document that cannot
+// be read whole is listed with its Problem.
 func (p *Producer[P]) List(ctx context.Context, opts ListOpts) ([]TaskInfo[P], error) {
 	filter := bson.D{}
 	if len(opts.Tags) > 0 {
@@ -74,27 +127,25 @@ func (p *Producer[P]) List(ctx context.Context, opts ListOpts) ([]TaskInfo[P], e
 	if err != nil {
 		return nil, fmt.Errorf("mscheduler: list: %w", err)
 	}
-	var docs []taskDoc
-	if err := cur.All(ctx, &docs); err != nil {
+	var raws []bson.Raw
+	if err := cur.All(ctx, &raws); err != nil {
 		return nil, fmt.Errorf("mscheduler: list: %w", err)
 	}
-	out := make([]TaskInfo[P], 0, len(docs))
-	for i := range docs {
-		info, err := newTaskInfo[P](&docs[i])
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *info)
+	out := make([]TaskInfo[P], 0, len(raws))
+	for _, raw := range raws {
+		out = append(out, *newTaskInfo[P](raw, p.clock.Now()))
 	}
 	return out, nil
 }
 
-func newTaskInfo[P any](doc *taskDoc) (*TaskInfo[P], error) {
-	t, err := decodeTask[P](doc, &activeRun{})
-	if err != nil {
-		return nil, fmt.Errorf("mscheduler: read %q: %w", doc.Key, err)
+// newTaskInfo reads a stored task for Get and List. It never fails: a
+// field that does not decode is left zero and named in Problem.
+func newTaskInfo[P any](raw bson.Raw, now time.Time) *TaskInfo[P] {
+	doc, prob := decodeLenient(raw)
+	t, err := decodeTask[P](&doc)
+	if err != nil && prob == nil {
+		prob = &problem{field: fParams, reason: err.Error()}
 	}
-	t.Run = nil
 	info := &TaskInfo[P]{
 		Task: *t, Status: doc.Status, Paused: doc.Paused,
 		Free: doc.Free, Running: doc.Running, Succeeded: doc.Succeeded, FailedRuns: doc.FailedRuns,
@@ -102,6 +153,82 @@ func newTaskInfo[P any](doc *taskDoc) (*TaskInfo[P], error) {
 	}
 	if pl := doc.Plan; pl != nil {
 		info.Plan = &PlanInfo{Planned: pl.Planned, Runs: pl.Runs, Skipped: pl.Skipped, SkipNext: pl.SkipNext}
+		if prob == nil {
+			info.Plan.Upcoming = upcoming(&doc, now, UpcomingDefault)
+		}
 	}
-	return info, nil
+	if n := doc.Invalid; n != nil {
+		info.Invalid = &InvalidInfo{Reason: n.Reason, Field: n.Field, Found: n.Found, At: n.At, WorkerID: n.WorkerID}
+		if s, ok := n.Was.StringValueOK(); ok {
+			info.Invalid.Was = s
+		} else if n.Was.Type != 0 {
+			info.Invalid.Was = n.Was.String()
+		}
+		if n.Run != nil {
+			run := newRunInfo(*n.Run)
+			info.Invalid.Run = &run
+		}
+	}
+	switch {
+	case prob != nil:
+		info.Problem = prob.Error()
+	case doc.Status == StatusInvalid && doc.Invalid != nil:
+		info.Problem = doc.Invalid.Reason
+	}
+	return info
+}
+
+// upcoming lists the next n planned times of a stored plan from now.
+func upcoming(doc *taskDoc, now time.Time, n int) []time.Time {
+	pl := doc.Plan
+	s, err := pl.schedule()
+	if err != nil || doc.Status == StatusFinished || doc.Status == StatusInvalid {
+		return nil
+	}
+	first := s.firstStart(pl, doc.Running, doc.Succeeded, doc.FailedRuns, now)
+	return s.upcoming(first, PlanState{Runs: pl.Runs, Skipped: pl.Skipped}, n)
+}
+
+// decodeLenient decodes a stored task, leaving out the fields that do not
+// decode; the problem names the first such field, or else what keeps the
+// task from running.
+func decodeLenient(raw bson.Raw) (taskDoc, *problem) {
+	var doc taskDoc
+	prob := inspect(raw)
+	if err := bson.Unmarshal(raw, &doc); err != nil {
+		doc = taskDoc{}
+		elems, _ := raw.Elements()
+		good := bson.D{}
+		for _, e := range elems {
+			if typ, ok := taskFields[e.Key()]; ok && inspectValue(e.Key(), typ, e.Value()) != nil {
+				continue
+			}
+			good = append(good, bson.E{Key: e.Key(), Value: e.Value()})
+		}
+		if b, err := bson.Marshal(good); err == nil {
+			_ = bson.Unmarshal(b, &doc)
+		}
+	}
+	if doc.Key == "" {
+		doc.Key, _ = raw.Lookup(fID).StringValueOK()
+	}
+	return doc, prob
+}
+
+// readRuns decodes a task's kept runs, skipping any record edited out of
+// shape.
+func readRuns(raw bson.Raw) []RunInfo {
+	arr, ok := raw.Lookup(fRuns).ArrayOK()
+	if !ok {
+		return nil
+	}
+	values, _ := arr.Values()
+	out := make([]RunInfo, 0, len(values))
+	for _, v := range values {
+		var r runRecord
+		if err := v.Unmarshal(&r); err == nil {
+			out = append(out, newRunInfo(r))
+		}
+	}
+	return out
 }

@@ -13,18 +13,14 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"golang.org/x/sync/errgroup"
 )
-
-// claimLease is the lease a claim takes before the run knows its task's
-// worker_timeout (an update cannot read it from the document). The first
-// ping, no later than claimLease/2, moves the lease to the task's own.
-const claimLease = WorkerTimeoutDefault
 
 // pingParallelism bounds the pings in flight at once.
 const pingParallelism = 8
 
-// activeRun is a run this worker holds.
+// activeRun is a run this worker holds, from its claim until its end is
+// written (or given up on): the pinger keeps its lease while the handler
+// runs and while its end is being written.
 type activeRun struct {
 	key     string
 	runID   string
@@ -32,8 +28,8 @@ type activeRun struct {
 	cancel  context.CancelCauseFunc
 	doc     *taskDoc // the task as claimed; read-only
 
-	// leaseUntil (server UnixNano) is written by the pinger and read by the
-	// run's goroutine for its record.
+	// leaseUntil (server UnixNano) is written by the pinger loop and read
+	// by the run's goroutine and by Stop.
 	leaseUntil atomic.Int64
 	// lost is set by the pinger when the run was taken away; the run's
 	// goroutine then writes nothing more about it.
@@ -42,22 +38,27 @@ type activeRun struct {
 	// worker; the run's goroutine then records the run as revoked.
 	revoked atomic.Bool
 	// finished is claimed (CompareAndSwap) by whoever writes the run's end:
-	// the run's goroutine, or Stop for an abandoned run.
+	// the run's goroutine, or Stop for an abandoned run. The pinger goes on
+	// renewing a finished run until its end is written.
 	finished atomic.Bool
 
-	// Owned by the pinger goroutine after register.
+	// Owned by the pinger loop after add.
 	soleHolder    bool
 	pingInterval  time.Duration
 	workerTimeout time.Duration
 	nextPing      time.Time // server time
+	pinging       bool      // a ping of the run is in flight
+	ignored       string    // ping settings last ignored, so each is logged once
 }
 
 func (r *activeRun) lease() time.Time { return time.Unix(0, r.leaseUntil.Load()) }
 
-// pinger keeps the leases of this worker's runs: it pings each run every
-// ping interval, cancels a run whose ping matches nothing (the run was
-// taken away), and cancels a run whose pings kept failing until its lease
-// lapsed.
+// pinger keeps the leases of this worker's runs. Its loop owns every run's
+// schedule: it sends each ping from a goroutine of its own, so that a slow
+// ping delays no other, and it acts on each run's lease at the lease's own
+// time: a run whose lease lapses unrenewed has its handler cancelled then,
+// whatever other pings are doing. A ping that matches nothing means the
+// run was taken away, and its handler is cancelled.
 type pinger struct {
 	coll     *mongo.Collection
 	workerID string
@@ -67,19 +68,38 @@ type pinger struct {
 	log      *slog.Logger
 	caps     *capabilities
 
-	mu   sync.Mutex            // guards runs: written by run goroutines, read by the loop
+	mu   sync.Mutex            // guards runs: written by run goroutines and the loop, read by Stop
 	runs map[string]*activeRun // by run id
 	kick chan struct{}         // buffered 1: a run was added
+
+	results  chan pingResult // from ping goroutines to the loop
+	inflight int             // pings in flight; owned by the loop
+	sending  sync.WaitGroup  // ping goroutines
+}
+
+// pingResult is what one ping learnt, for the loop to apply.
+type pingResult struct {
+	run   *activeRun
+	sent  time.Time // server time the ping was sent
+	lease time.Time // the lease it asked for
+	reply *pingReply
+	err   error
 }
 
 func newPinger(coll *mongo.Collection, workerID string, groups []string, clock *serverClock, emit func(Event), log *slog.Logger, caps *capabilities) *pinger {
 	return &pinger{coll: coll, workerID: workerID, groups: groups, clock: clock, emit: emit, log: log, caps: caps,
-		runs: map[string]*activeRun{}, kick: make(chan struct{}, 1)}
+		runs: map[string]*activeRun{}, kick: make(chan struct{}, 1), results: make(chan pingResult)}
 }
 
+// add hands a claimed run to the pinger. A claim leases for the timeout of
+// the tasks this worker claimed last (an update cannot read the task's
+// own); when the task's own differs, the first ping goes at once and
+// fits the lease to it.
 func (p *pinger) add(r *activeRun) {
-	first := min(r.pingInterval, claimLease/2)
-	r.nextPing = r.started.Add(first)
+	r.nextPing = r.started.Add(r.pingInterval)
+	if r.lease().Sub(r.started) != r.workerTimeout {
+		r.nextPing = r.started
+	}
 	p.mu.Lock()
 	p.runs[r.runID] = r
 	p.mu.Unlock()
@@ -106,45 +126,125 @@ func (p *pinger) snapshot() []*activeRun {
 }
 
 func (p *pinger) loop(ctx context.Context) {
+	defer p.sending.Wait()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		next := p.pingDue(ctx)
+		next := p.tick(ctx)
 		timer.Reset(max(next.Sub(p.clock.Now()), time.Millisecond))
 		select {
 		case <-ctx.Done():
 			return
 		case <-p.kick:
 		case <-timer.C:
+		case res := <-p.results:
+			p.inflight--
+			res.run.pinging = false
+			p.apply(ctx, res)
 		}
 	}
 }
 
-// pingDue pings every run whose time has come and returns when the next
-// ping is due (read after the pings, which may change a run's interval).
-func (p *pinger) pingDue(ctx context.Context) time.Time {
+// tick cancels the runs whose lease lapsed, sends the pings that are due,
+// and returns when it must look again.
+func (p *pinger) tick(ctx context.Context) time.Time {
 	now := p.clock.Now()
-	var g errgroup.Group
-	g.SetLimit(pingParallelism)
+	next := now.Add(time.Minute) // with no run, only a kick matters
 	for _, r := range p.snapshot() {
 		if p.lapsed(r) {
+			// A finished run's end write is left to give up by itself.
 			p.lose(r, "lease lapsed before a ping could renew it")
 			continue
 		}
-		if r.nextPing.After(now) {
+		next = minTime(next, r.lease())
+		if r.pinging {
 			continue
 		}
-		r.nextPing = now.Add(r.pingInterval)
-		g.Go(func() error { p.ping(ctx, r); return nil })
-	}
-	_ = g.Wait()
-	next := now.Add(time.Minute) // with no run, only a kick matters
-	for _, r := range p.snapshot() {
-		// A run's lease bounds the wait too: if its pings keep failing,
-		// its handler is cancelled when the lease lapses, not later.
-		next = minTime(next, r.nextPing, r.lease())
+		if r.nextPing.After(now) {
+			next = minTime(next, r.nextPing)
+			continue
+		}
+		if p.inflight < pingParallelism { // otherwise a result wakes the loop
+			p.send(ctx, r, now)
+		}
 	}
 	return next
+}
+
+// send starts one ping of r, bounded by its lease: a ping answered after
+// the lease lapsed is worth nothing, and waiting longer on an unreachable
+// server would let the handler outlive its lease.
+func (p *pinger) send(ctx context.Context, r *activeRun, now time.Time) {
+	r.pinging = true
+	p.inflight++
+	r.nextPing = now.Add(r.pingInterval)
+	lease, sole := now.Add(r.workerTimeout), r.soleHolder
+	if lease.Before(r.lease()) {
+		// A ping that shortens the lease (fitting a claim's to the task's
+		// timeout) may be applied even if its reply never comes: from now
+		// on the lease the server holds may be the shorter one.
+		r.leaseUntil.Store(lease.UnixNano())
+	}
+	timeout := max(r.lease().Sub(now), time.Millisecond)
+	p.sending.Go(func() {
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		reply, err := p.renew(pctx, r.key, r.runID, lease, sole)
+		select {
+		case p.results <- pingResult{run: r, sent: now, lease: lease, reply: reply, err: err}:
+		case <-ctx.Done():
+		}
+	})
+}
+
+// apply takes in one ping's outcome.
+func (p *pinger) apply(ctx context.Context, res pingResult) {
+	r := res.run
+	switch {
+	case r.lost.Load():
+	case res.err != nil:
+		if ctx.Err() != nil {
+			return
+		}
+		p.log.Warn("ping failed", "key", r.key, "run_id", r.runID, "error", res.err)
+		p.emit(Event{Kind: EventError, Key: r.key, RunID: r.runID, Err: res.err})
+	case res.reply == nil:
+		p.lose(r, "ping matched nothing: the run was taken over")
+	default:
+		if res.lease.After(r.lease()) {
+			r.leaseUntil.Store(res.lease.UnixNano())
+		}
+		r.soleHolder = res.reply.Running == 1
+		p.applySettings(r, res.reply, res.sent)
+		if !res.reply.allows(p.workerID, p.groups) {
+			p.revoke(r)
+		}
+	}
+}
+
+// applySettings takes the task's ping interval and worker timeout as the
+// ping read them, so that an edit reaches a run going on. A pair that
+// would let the lease lapse between two pings (an interval not below the
+// timeout, edited by hand) is ignored, once logged, and the run keeps the
+// settings it has.
+func (p *pinger) applySettings(r *activeRun, reply *pingReply, sent time.Time) {
+	interval, timeout := fromMS(reply.PingIntervalMS), fromMS(reply.WorkerTimeoutMS)
+	if interval == r.pingInterval && timeout == r.workerTimeout {
+		return
+	}
+	if interval <= 0 || timeout <= interval {
+		seen := fmt.Sprintf("%d/%d", reply.PingIntervalMS, reply.WorkerTimeoutMS)
+		if r.ignored != seen {
+			r.ignored = seen
+			err := fmt.Errorf("mscheduler: task %q: %s %d and %s %d ignored: the interval must be positive and below the timeout, or the lease lapses between pings; keeping %s and %s",
+				r.key, fPingIntervalMS, reply.PingIntervalMS, fWorkerTimeoutMS, reply.WorkerTimeoutMS, r.pingInterval, r.workerTimeout)
+			p.log.Warn("ping settings ignored", "key", r.key, "run_id", r.runID, "error", err)
+			p.emit(Event{Kind: EventError, Key: r.key, RunID: r.runID, Err: err})
+		}
+		return
+	}
+	r.pingInterval, r.workerTimeout = interval, timeout
+	r.nextPing = sent.Add(interval)
 }
 
 // lapsed reports whether the run's lease has run out (to the millisecond
@@ -162,12 +262,27 @@ func minTime(first time.Time, rest ...time.Time) time.Time {
 	return first
 }
 
+// pingReply is what a ping reads back. It is decoded field by field: a
+// field edited by hand into the wrong type must not stop the pings of a
+// run going on (it is reported when the task is next claimed).
 type pingReply struct {
-	Running         int      `bson:"running"`
-	PingIntervalMS  int64    `bson:"ping_interval_ms"`
-	WorkerTimeoutMS int64    `bson:"worker_timeout_ms"`
-	WorkerIDs       []string `bson:"worker_ids"`
-	Group           string   `bson:"group"`
+	Running         int
+	PingIntervalMS  int64
+	WorkerTimeoutMS int64
+	WorkerIDs       []string
+	Group           string
+}
+
+func decodePingReply(raw bson.Raw) *pingReply {
+	var r pingReply
+	if v, ok := raw.Lookup(fRunning).AsInt64OK(); ok {
+		r.Running = int(v)
+	}
+	r.PingIntervalMS, _ = raw.Lookup(fPingIntervalMS).AsInt64OK()
+	r.WorkerTimeoutMS, _ = raw.Lookup(fWorkerTimeoutMS).AsInt64OK()
+	_ = raw.Lookup(fWorkerIDs).Unmarshal(&r.WorkerIDs)
+	r.Group, _ = raw.Lookup(fGroup).StringValueOK()
+	return &r
 }
 
 // allows reports whether the task, as the ping read it, still lets this
@@ -177,48 +292,66 @@ func (r *pingReply) allows(workerID string, groups []string) bool {
 		(r.Group == "" || slices.Contains(groups, r.Group))
 }
 
-// ping renews one run's lease. The only holder of a task also sets
-// next_expiry, exactly; with several holders it stays a lower bound that
-// sweeps raise. Which case holds is guessed from the last reply and the
-// other form is tried if the guess was wrong, so a ping is one command
-// except when the number of holders crosses one.
-func (p *pinger) ping(parent context.Context, r *activeRun) {
-	now := p.clock.Now()
-	// A ping is worth nothing once the lease it renews has lapsed: waiting
-	// longer on an unreachable server would let the handler outlive it.
-	ctx, cancel := context.WithTimeout(parent, max(r.lease().Sub(now), time.Millisecond))
-	defer cancel()
-	lease := now.Add(r.workerTimeout)
-	reply, err := p.renew(ctx, r, lease, r.soleHolder)
-	if err == nil && reply == nil {
-		reply, err = p.renew(ctx, r, lease, !r.soleHolder)
-	}
-	switch {
-	case err != nil:
-		if parent.Err() != nil {
-			return
+// renewTries bounds how often a ping reads again after both of its forms
+// missed while the run still held its slot.
+const renewTries = 3
+
+// renew renews one run's lease. The only holder of a task also sets
+// next_expiry, exactly; with several holders it stays a lower bound (the
+// ping only lowers it, should a claim have leased for longer than the
+// task's timeout), which sweeps raise. Which case holds is guessed from
+// the last reply and the other form is tried if the guess was wrong, so a
+// ping is one command except when the number of holders crosses one. If
+// both miss, the number of holders moved between them, or the run was
+// taken away: a read of the fence tells which.
+func (p *pinger) renew(ctx context.Context, key, runID string, lease time.Time, sole bool) (*pingReply, error) {
+	for try := 0; try < renewTries; try++ {
+		for _, form := range []bool{sole, !sole} {
+			reply, err := p.renewAs(ctx, key, runID, lease, form)
+			if err != nil || reply != nil {
+				return reply, err
+			}
 		}
-		p.log.Warn("ping failed", "key", r.key, "run_id", r.runID, "error", err)
-		p.emit(Event{Kind: EventError, Key: r.key, RunID: r.runID, Err: err})
-		if p.lapsed(r) {
-			p.lose(r, "pings failed until the lease lapsed")
-		}
-	case reply == nil:
-		p.lose(r, "ping matched nothing: the run was taken over")
-	default:
-		r.leaseUntil.Store(lease.UnixNano())
-		r.soleHolder = reply.Running == 1
-		if d := fromMS(reply.PingIntervalMS); d > 0 {
-			r.pingInterval = d
-			r.nextPing = now.Add(d)
-		}
-		if d := fromMS(reply.WorkerTimeoutMS); d > 0 {
-			r.workerTimeout = d
-		}
-		if !reply.allows(p.workerID, p.groups) {
-			p.revoke(r)
+		held, err := p.held(ctx, key, runID)
+		if err != nil || !held {
+			return nil, err
 		}
 	}
+	return nil, fmt.Errorf("mscheduler: ping run %s of %q: the task's holders kept changing", runID, key)
+}
+
+func (p *pinger) renewAs(ctx context.Context, key, runID string, lease time.Time, sole bool) (*pingReply, error) {
+	filter := fence(key, p.workerID, runID)
+	update := bson.D{{Key: "$set", Value: bson.D{{Key: holderPath(p.workerID, hLeaseUntil), Value: lease}}}}
+	if sole {
+		filter = append(filter, bson.E{Key: fRunning, Value: 1})
+		update[0].Value = append(update[0].Value.(bson.D), bson.E{Key: fNextExpiry, Value: lease})
+	} else {
+		filter = append(filter, bson.E{Key: fRunning, Value: op("$ne", 1)})
+		update = append(update, bson.E{Key: "$min", Value: bson.D{{Key: fNextExpiry, Value: lease}}})
+	}
+	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
+	proj := bson.D{{Key: fRunning, Value: 1}, {Key: fPingIntervalMS, Value: 1}, {Key: fWorkerTimeoutMS, Value: 1}, {Key: fWorkerIDs, Value: 1}, {Key: fGroup, Value: 1}}
+	raw, err := p.caps.findOneAndUpdate(ctx, p.coll, filter, update, opts, proj).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mscheduler: ping run %s of %q: %w", runID, key, err)
+	}
+	return decodePingReply(raw), nil
+}
+
+// held reports whether the run still holds its slot.
+func (p *pinger) held(ctx context.Context, key, runID string) (bool, error) {
+	err := p.coll.FindOne(ctx, fence(key, p.workerID, runID), options.FindOne().SetProjection(bson.D{{Key: fID, Value: 1}})).Err()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("mscheduler: ping run %s of %q: %w", runID, key, err)
+	}
+	return true, nil
 }
 
 // revoke cancels a run whose task no longer allows this worker. The run
@@ -232,32 +365,10 @@ func (p *pinger) revoke(r *activeRun) {
 	r.cancel(ErrRevoked)
 }
 
-func (p *pinger) renew(ctx context.Context, r *activeRun, lease time.Time, sole bool) (*pingReply, error) {
-	filter := fence(r.key, p.workerID, r.runID)
-	set := bson.D{{Key: holderPath(p.workerID, hLeaseUntil), Value: lease}}
-	if sole {
-		filter = append(filter, bson.E{Key: fRunning, Value: 1})
-		set = append(set, bson.E{Key: fNextExpiry, Value: lease})
-	} else {
-		filter = append(filter, bson.E{Key: fRunning, Value: op("$ne", 1)})
-	}
-	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
-	proj := bson.D{{Key: fRunning, Value: 1}, {Key: fPingIntervalMS, Value: 1}, {Key: fWorkerTimeoutMS, Value: 1}, {Key: fWorkerIDs, Value: 1}, {Key: fGroup, Value: 1}}
-	var reply pingReply
-	err := p.caps.findOneAndUpdate(ctx, p.coll, filter, bson.D{{Key: "$set", Value: set}}, opts, proj).Decode(&reply)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("mscheduler: ping run %s of %q: %w", r.runID, r.key, err)
-	}
-	return &reply, nil
-}
-
-// lose cancels a run that this worker no longer holds.
+// lose cancels a run that this worker no longer holds. A run whose end is
+// being written is left to that write, which is fenced too and reports a
+// lost run itself.
 func (p *pinger) lose(r *activeRun, why string) {
-	// A run whose end is being written is left to that write, which is
-	// fenced too and reports a lost run itself.
 	if r.finished.Load() || !r.lost.CompareAndSwap(false, true) {
 		return
 	}

@@ -153,9 +153,12 @@ type Plan struct {
 	// change) runs at the first instant after the gap; one that exists twice
 	// runs once, at the first. Defaults to UTC.
 	Zone string
-	// Repeat is how many runs the plan makes: 0 runs once, N > 0 runs N
-	// times, [RepeatForever] never stops. The constructors of recurring
-	// kinds set RepeatForever.
+	// Repeat is how many planned times the plan has: 0 is one, N > 0 is
+	// N, [RepeatForever] never stops. It counts planned times, not runs: a
+	// planned time skipped under the missed-run policy (or SkipNext, or a
+	// pause) uses up the count too, so a plan whose last planned time has
+	// already passed when it would start finishes without running. The
+	// constructors of recurring kinds set RepeatForever.
 	Repeat int
 	// Start and End bound the planned times, both included: nothing runs
 	// outside them, and after End the plan is finished. An every plan
@@ -208,6 +211,9 @@ type PlanState struct {
 	Last time.Time
 	// Runs is the number of runs so far.
 	Runs int
+	// Skipped is the number of planned times skipped so far. Runs +
+	// Skipped is the number of planned times used up, which Repeat bounds.
+	Skipped int
 	// Started is when the run of Last started, zero if it is not known.
 	// Planned times at or after it came while that run was going, and
 	// follow Plan.Overrun.
@@ -237,6 +243,19 @@ func (p Plan) Next(st PlanState, now time.Time) (Step, error) {
 		return Step{}, err
 	}
 	return s.next(st, now.Truncate(time.Millisecond)), nil
+}
+
+// Upcoming returns the next n planned times after st at now, as the
+// workers run them when each runs on time: the first is Next(st,
+// now).Next, and each following one is the planned time that follows the
+// one before. It returns fewer than n when the plan ends first.
+func (p Plan) Upcoming(st PlanState, now time.Time, n int) ([]time.Time, error) {
+	s, err := p.compile("Plan.")
+	if err != nil {
+		return nil, err
+	}
+	now = now.Truncate(time.Millisecond)
+	return s.upcoming(s.next(st, now), st, n), nil
 }
 
 // Planned times stay within these years, so that no span between two of

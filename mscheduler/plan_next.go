@@ -66,22 +66,34 @@ func (s *schedule) next(st PlanState, now time.Time) Step {
 		passed = s.count(c0, cmp.Or(queued, s.beyond()))
 		c0, policy = queued, MissedCatchUp
 	}
-	return s.choose(c0, passed, st.Runs, st.SkipNext, now, policy)
+	return s.choose(c0, passed, st.Runs+st.Skipped, st.SkipNext, now, policy)
 }
 
 // atStart decides what the first start of the occurrence planned at
-// planned does at now: run it (Next == planned), run a later planned time
-// in its place, or wait for a later one.
-func (s *schedule) atStart(planned time.Time, runs, skipNext int, now time.Time) Step {
-	return s.choose(s.atOrAfter(planned), 0, runs, skipNext, now, s.missed)
+// planned does at now, under policy: run it (Next == planned), run a later
+// planned time in its place, or wait for a later one. used is the number
+// of planned times before it that ran or were skipped.
+func (s *schedule) atStart(planned time.Time, used, skipNext int, now time.Time, policy MissedPolicy) Step {
+	return s.choose(s.atOrAfter(planned), 0, used, skipNext, now, policy)
 }
 
 // choose picks the planned time to run from the first candidate c0 on;
-// passed planned times before c0 were already skipped.
-func (s *schedule) choose(c0 time.Time, passed, runs, skipNext int, now time.Time, policy MissedPolicy) Step {
-	if s.limit >= 0 && runs >= s.limit {
-		return Step{Done: true}
+// passed planned times before c0 were already skipped, and used planned
+// times came before those. Repeat bounds the planned times, run or
+// skipped: the one whose count would pass it does not exist.
+func (s *schedule) choose(c0 time.Time, passed, used, skipNext int, now time.Time, policy MissedPolicy) Step {
+	step := s.chooseUnbounded(c0, passed, skipNext, now, policy)
+	if s.limit < 0 {
+		return step
 	}
+	left := max(s.limit-used, 0)
+	if step.Done || used+step.Skipped >= s.limit {
+		return Step{Skipped: min(step.Skipped, left), Done: true}
+	}
+	return step
+}
+
+func (s *schedule) chooseUnbounded(c0 time.Time, passed, skipNext int, now time.Time, policy MissedPolicy) Step {
 	skipped := passed
 	if s.kind == PlanEvery && s.interval > 0 && skipNext > 0 && !c0.IsZero() { // no need to walk a fixed grid
 		target := c0.Add(time.Duration(skipNext) * s.interval)
@@ -261,6 +273,19 @@ func (s *schedule) latestAtOrBefore(c0, now time.Time) time.Time {
 		}
 		from = n
 	}
+}
+
+// upcoming lists up to n planned times from step on, as the workers run
+// them when each runs on time: after each, the next planned time that
+// follows it.
+func (s *schedule) upcoming(step Step, st PlanState, n int) []time.Time {
+	var out []time.Time
+	for len(out) < n && !step.Done {
+		out = append(out, step.Next)
+		st = PlanState{Last: step.Next, Runs: st.Runs + 1, Skipped: st.Skipped + step.Skipped}
+		step = s.next(st, step.Next)
+	}
+	return out
 }
 
 // count is the number of planned times in [a, b).

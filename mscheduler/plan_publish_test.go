@@ -103,9 +103,9 @@ func TestPublishRefusesBadPlansAndWritesNothing(t *testing.T) {
 	}
 }
 
-// TestHandEditedBadPlanFailsNamingField: a plan broken by hand in the
-// collection fails its runs with the stored field named.
-func TestHandEditedBadPlanFailsNamingField(t *testing.T) {
+// TestHandEditedBadPlanIsSetInvalid: a plan broken by hand in the collection
+// is set invalid when claimed, with the stored field named.
+func TestHandEditedBadPlanIsSetInvalid(t *testing.T) {
 	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)
 	plan := mscheduler.Cron("* * * * * *")
@@ -115,13 +115,22 @@ func TestHandEditedBadPlanFailsNamingField(t *testing.T) {
 	setFields(t, coll, "k", bson.D{{Key: "plan.cron", Value: "every full moon"}})
 	ev := mschedulertest.NewEvents()
 	startConsumer(t, coll, func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }, fastConfig("w", ev))
-	ev.WaitCount(t, mscheduler.EventFailed, 1)
+	ev.WaitCount(t, mscheduler.EventInvalid, 1)
 	for _, e := range ev.Snapshot() {
-		if e.Kind == mscheduler.EventFailed && (e.Err == nil || !strings.Contains(e.Err.Error(), "plan.cron")) {
-			t.Fatalf("failed run error = %v, want it to name plan.cron", e.Err)
+		if e.Kind == mscheduler.EventInvalid && (e.Err == nil || !strings.Contains(e.Err.Error(), "plan.cron")) {
+			t.Fatalf("invalid event error = %v, want it to name plan.cron", e.Err)
 		}
 	}
 	if n := ev.Count(mscheduler.EventSucceeded); n != 0 {
 		t.Fatalf("%d runs succeeded with a broken plan", n)
+	}
+	var doc struct {
+		Status  string `bson:"status"`
+		Invalid struct {
+			Field string `bson:"field"`
+		} `bson:"invalid"`
+	}
+	if err := coll.FindOne(ctxT(t), bson.D{{Key: "_id", Value: "k"}}).Decode(&doc); err != nil || doc.Status != "invalid" || doc.Invalid.Field != "plan.cron" {
+		t.Fatalf("task = %+v (%v), want invalid on plan.cron", doc, err)
 	}
 }

@@ -14,6 +14,7 @@ type planAdvance struct {
 	sched       *schedule
 	planned     time.Time // the occurrence the run belongs to
 	runs        int       // runs before this occurrence
+	skipped     int       // planned times skipped before it
 	skipNext    int
 	concurrency int
 	started     time.Time // the run's start: later planned times overran it
@@ -38,7 +39,7 @@ func newPlanAdvance(doc *taskDoc, started, now time.Time) *planAdvance {
 	if due := maxTime(doc.Plan.Planned, doc.Plan.Scheduled); !started.After(due.Add(s.grace)) {
 		started = doc.Plan.Planned
 	}
-	a := &planAdvance{sched: s, planned: doc.Plan.Planned, runs: doc.Plan.Runs, started: started, now: now}
+	a := &planAdvance{sched: s, planned: doc.Plan.Planned, runs: doc.Plan.Runs, skipped: doc.Plan.Skipped, started: started, now: now}
 	a.refresh(doc.Concurrency, doc.Plan.SkipNext)
 	return a
 }
@@ -46,7 +47,7 @@ func newPlanAdvance(doc *taskDoc, started, now time.Time) *planAdvance {
 // refresh recomputes the step from options read again.
 func (a *planAdvance) refresh(concurrency, skipNext int) {
 	a.concurrency, a.skipNext = concurrency, skipNext
-	a.step = a.sched.next(PlanState{Last: a.planned, Runs: a.runs + 1, Started: a.started, SkipNext: skipNext}, a.now)
+	a.step = a.sched.next(PlanState{Last: a.planned, Runs: a.runs + 1, Skipped: a.skipped, Started: a.started, SkipNext: skipNext}, a.now)
 }
 
 func (a *planAdvance) fence() bson.D {

@@ -16,18 +16,15 @@ import (
 // Runs after the first (retries, other slots, a run whose worker died) are
 // not judged: an occurrence that started is completed, however late.
 func (c *Consumer[P, R]) planGate(doc *taskDoc) bool {
-	if doc.Plan == nil || doc.Plan.Started || doc.corrupt != nil || doc.Running != 1 || doc.Succeeded != 0 || doc.FailedRuns != 0 {
+	if doc.Plan == nil {
 		return true
 	}
 	s, err := doc.Plan.schedule()
 	if err != nil {
-		return true // the run fails at once, naming the field
+		return true // not reached: a claimed plan was inspected
 	}
 	now, planned := c.clock.Now(), doc.Plan.Planned
-	if due := maxTime(planned, doc.Plan.Scheduled); doc.Plan.SkipNext == 0 && !now.After(due.Add(s.grace)) {
-		return true // on time
-	}
-	step := s.atStart(planned, doc.Plan.Runs, doc.Plan.SkipNext, now)
+	step := s.firstStart(doc.Plan, doc.Running-1, doc.Succeeded, doc.FailedRuns, now)
 	if !step.Done && step.Next.Equal(planned) {
 		return true
 	}
@@ -82,6 +79,30 @@ func giveBackUpdate(workerID string, concurrency int, step Step, now time.Time) 
 		{Key: "$inc", Value: inc},
 		{Key: "$set", Value: set},
 	}
+}
+
+// firstStart decides what a start of the plan's current occurrence does at
+// now, when others (running, succeeded, failed runs) may have begun it: an
+// occurrence that has begun, or that became due at most grace ago, runs
+// (Next == pl.Planned); a late one follows the missed-run policy. The claim
+// gate, Resume and TaskInfo.Upcoming all decide with it.
+func (s *schedule) firstStart(pl *planDoc, running, succeeded, failedRuns int, now time.Time) Step {
+	begun := pl.Started || running > 0 || succeeded > 0 || failedRuns > 0
+	due := maxTime(pl.Planned, pl.Scheduled)
+	if begun || (pl.SkipNext == 0 && !now.After(due.Add(s.grace))) {
+		return Step{Next: pl.Planned}
+	}
+	return s.atStart(pl.Planned, pl.Runs+pl.Skipped, pl.SkipNext, now, s.missed)
+}
+
+// resumeStep is what Resume does to the plan's current occurrence: one that
+// has begun is completed; otherwise it is judged as a late first start
+// under MissedSkip.
+func (s *schedule) resumeStep(pl *planDoc, running, succeeded, failedRuns int, now time.Time) Step {
+	if pl.Started || running > 0 || succeeded > 0 || failedRuns > 0 {
+		return Step{Next: pl.Planned}
+	}
+	return s.atStart(pl.Planned, pl.Runs+pl.Skipped, 0, now, MissedSkip)
 }
 
 func maxTime(a, b time.Time) time.Time {

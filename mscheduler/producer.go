@@ -1,6 +1,7 @@
 package mscheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,10 +23,22 @@ type ProducerConfig struct {
 	// acknowledged publish survives a replica-set failover. A weaker one
 	// (w:1) is faster and may lose tasks that a failover rolls back.
 	WriteConcern *writeconcern.WriteConcern
-	// Clock is the local clock; the server's clock is estimated from it.
-	// Defaults to time.Now.
-	Clock func() time.Time
+	// Clock is the local wall clock and Monotonic a clock that is never
+	// stepped, as in [ConsumerConfig]: times the producer writes (a default
+	// run_at, a plan's start) are server times carried forward by Monotonic.
+	// Default to time.Now and the runtime's monotonic clock.
+	Clock     func() time.Time
+	Monotonic func() time.Duration
+	// SchemaCheckInterval is how long a producer trusts its last check of
+	// the collection's schema version before its next write checks again,
+	// so that a producer of an older library stops writing within it once a
+	// newer one migrated the collection. Defaults to
+	// [SchemaCheckIntervalDefault].
+	SchemaCheckInterval time.Duration
 }
+
+// SchemaCheckIntervalDefault is the default ProducerConfig.SchemaCheckInterval.
+const SchemaCheckIntervalDefault = time.Minute
 
 func (c *ProducerConfig) withDefaults() *ProducerConfig {
 	out := ProducerConfig{}
@@ -33,6 +46,7 @@ func (c *ProducerConfig) withDefaults() *ProducerConfig {
 		out = *c
 	}
 	out.Defaults = out.Defaults.withDefaults()
+	out.SchemaCheckInterval = cmp.Or(out.SchemaCheckInterval, SchemaCheckIntervalDefault)
 	if out.WriteConcern == nil {
 		out.WriteConcern = writeconcern.Majority()
 	}
@@ -40,6 +54,9 @@ func (c *ProducerConfig) withDefaults() *ProducerConfig {
 }
 
 func (c *ProducerConfig) validate() error {
+	if c.SchemaCheckInterval < 0 {
+		return invalid("SchemaCheckInterval", "must not be negative, got %s", c.SchemaCheckInterval)
+	}
 	return c.Defaults.options().validate("Defaults.")
 }
 
@@ -49,9 +66,10 @@ type Producer[P any] struct {
 	coll  *mongo.Collection
 	cfg   *ProducerConfig
 	clock *serverClock
-	// schemaChecked is set by the first publish that found the collection
-	// at this library's schema version; read by every publish.
-	schemaChecked atomic.Bool
+	// schemaChecked is the monotonic time of the last write that found the
+	// collection at this library's schema version (0: never); written and
+	// read by every write.
+	schemaChecked atomic.Int64
 }
 
 // NewProducer returns a producer for coll. It does no I/O.
@@ -66,7 +84,7 @@ func NewProducer[P any](coll *mongo.Collection, cfg *ProducerConfig) (*Producer[
 	return &Producer[P]{
 		coll:  coll.Clone(options.Collection().SetWriteConcern(c.WriteConcern)),
 		cfg:   c,
-		clock: newServerClock(c.Clock, ClockSyncIntervalDefault),
+		clock: newServerClock(c.Clock, c.Monotonic, ClockSyncIntervalDefault),
 	}, nil
 }
 
@@ -176,15 +194,17 @@ func (p *Producer[P]) publish(ctx context.Context, tasks []Task[P], opts *Publis
 }
 
 // checkSchema brings the collection to this library's schema version, or
-// refuses a newer one, once per producer: before its first write.
+// refuses a newer one, before the producer's first write and again once
+// SchemaCheckInterval has passed since the last check.
 func (p *Producer[P]) checkSchema(ctx context.Context) error {
-	if p.schemaChecked.Load() {
+	at := time.Duration(p.schemaChecked.Load())
+	if at != 0 && p.clock.mono()-at < p.cfg.SchemaCheckInterval {
 		return nil
 	}
 	if err := ensureSchema(ctx, p.coll); err != nil {
 		return err
 	}
-	p.schemaChecked.Store(true)
+	p.schemaChecked.Store(int64(max(p.clock.mono(), 1)))
 	return nil
 }
 

@@ -32,7 +32,9 @@ func eligibleFilter(workerID string, groups []string, exclude []string) bson.D {
 		{Key: holderPath(workerID), Value: op("$exists", false)},
 		{Key: fDoneBy, Value: op("$ne", workerID)},
 		{Key: fPaused, Value: op("$ne", true)},
-		{Key: fSchema, Value: op("$lte", SchemaVersion)}, // never misread a newer layout
+		// Never misread a newer layout; a document without schema (added by
+		// hand) is read as the current one, and inspected.
+		{Key: fSchema, Value: op("$not", op("$gt", SchemaVersion))},
 		{Key: "$and", Value: bson.A{
 			op("$or", bson.A{
 				op(fWorkerIDs, op("$exists", false)),
@@ -43,7 +45,7 @@ func eligibleFilter(workerID string, groups []string, exclude []string) bson.D {
 		}},
 	}
 	if len(exclude) > 0 {
-		f = append(f, bson.E{Key: fKey, Value: op("$nin", exclude)})
+		f = append(f, bson.E{Key: fID, Value: op("$nin", exclude)})
 	}
 	return f
 }

@@ -151,15 +151,6 @@ func (e *runEnd) plainCases() []endCase {
 	)
 }
 
-func (e *runEnd) models() []mongo.WriteModel {
-	cases := e.cases()
-	models := make([]mongo.WriteModel, len(cases))
-	for i, c := range cases {
-		models[i] = mongo.NewUpdateOneModel().SetFilter(e.filter(c)).SetUpdate(e.update(c))
-	}
-	return models
-}
-
 func (e *runEnd) filter(c endCase) bson.D {
 	f := append(append(bson.D{}, e.fence...), c.filter...)
 	if c.advance {
@@ -235,14 +226,16 @@ func (e *runEnd) update(c endCase) bson.D {
 // errRunGone says the run no longer holds its slot: its lease was lost.
 var errRunGone = errors.New("run no longer holds its slot")
 
-// maxEndTries bounds how often a run end is rebuilt after concurrent writes
-// moved the task between cases.
+// maxEndTries is how often a run end is rebuilt at once after concurrent
+// writes moved the task between cases; past it, each try waits a moment so
+// that the writers moving it fall out of step.
 const maxEndTries = 5
 
 // write applies the run end. It returns errRunGone when the fence matches
-// nothing: another worker took the slot, and nothing was written.
+// nothing: another worker took the slot, and nothing was written. It tries
+// until it succeeds or ctx ends.
 func (e *runEnd) write(ctx context.Context, coll *mongo.Collection) error {
-	for try := 0; try < maxEndTries; try++ {
+	for try := 0; ; try++ {
 		done, err := e.tryLikely(ctx, coll)
 		if err != nil {
 			return fmt.Errorf("mscheduler: end run %s of %q: %w", e.record.RunID, e.key, err)
@@ -257,17 +250,14 @@ func (e *runEnd) write(ctx context.Context, coll *mongo.Collection) error {
 		if !held {
 			return errRunGone
 		}
+		if try >= maxEndTries {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("mscheduler: end run %s of %q: the task kept changing: %w", e.record.RunID, e.key, ctx.Err())
+			case <-time.After(jitter(10 * time.Millisecond)):
+			}
+		}
 	}
-	// The task kept moving between cases, or its counters fit no case:
-	// every case at once, then the record alone.
-	res, err := coll.BulkWrite(ctx, e.models(), options.BulkWrite().SetOrdered(true))
-	if err != nil {
-		return fmt.Errorf("mscheduler: end run %s of %q: %w", e.record.RunID, e.key, err)
-	}
-	if res.MatchedCount > 0 {
-		return nil
-	}
-	return e.writeRecordOnly(ctx, coll)
 }
 
 // reread reports whether the fence still matches, and refreshes the seen
@@ -281,40 +271,29 @@ func (e *runEnd) reread(ctx context.Context, coll *mongo.Collection) (bool, erro
 			SkipNext int       `bson:"skip_next"`
 			Planned  time.Time `bson:"planned"`
 			Runs     int       `bson:"runs"`
+			Skipped  int       `bson:"skipped"`
 		} `bson:"plan"`
 	}
 	proj := bson.D{{Key: fMaxFailedRuns, Value: 1}, {Key: fStatus, Value: 1}, {Key: fRunning, Value: 1}, {Key: fFree, Value: 1}, {Key: fFailedRuns, Value: 1},
-		{Key: fConcurrency, Value: 1}, {Key: pSkipNext, Value: 1}, {Key: pPlanned, Value: 1}, {Key: pRuns, Value: 1}}
-	err := coll.FindOne(ctx, e.fence, options.FindOne().SetProjection(proj)).Decode(&doc)
+		{Key: fConcurrency, Value: 1}, {Key: pSkipNext, Value: 1}, {Key: pPlanned, Value: 1}, {Key: pRuns, Value: 1}, {Key: pSkipped, Value: 1}}
+	raw, err := coll.FindOne(ctx, e.fence, options.FindOne().SetProjection(proj)).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("mscheduler: read task %q: %w", e.key, err)
 	}
+	if err := bson.Unmarshal(raw, &doc); err != nil {
+		return false, &unreadableError{key: e.key, prob: &problem{field: "(document)", reason: fmt.Sprintf("cannot be decoded: %v", err)}}
+	}
 	e.maxFailedRuns, e.seen = doc.MaxFailedRuns, doc.State
 	if e.advance != nil {
 		// The run's occurrence is the one the task is at: only this run's
 		// own claim could move it since (or an operator's edit).
-		e.advance.planned, e.advance.runs = doc.Plan.Planned, doc.Plan.Runs
+		e.advance.planned, e.advance.runs, e.advance.skipped = doc.Plan.Planned, doc.Plan.Runs, doc.Plan.Skipped
 		e.advance.refresh(doc.Concurrency, doc.Plan.SkipNext)
 		planned := doc.Plan.Planned
 		e.record.Planned = &planned
 	}
 	return true, nil
-}
-
-// writeRecordOnly is the last resort for a task whose counters no case
-// covers (edited by hand into an inconsistent state): it frees the holder
-// and records the run without touching the status.
-func (e *runEnd) writeRecordOnly(ctx context.Context, coll *mongo.Collection) error {
-	c := endCase{}
-	res, err := coll.UpdateOne(ctx, e.fence, e.update(c))
-	if err != nil {
-		return fmt.Errorf("mscheduler: end run %s of %q: %w", e.record.RunID, e.key, err)
-	}
-	if res.MatchedCount == 0 {
-		return errRunGone
-	}
-	return nil
 }

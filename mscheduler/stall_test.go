@@ -111,7 +111,7 @@ func TestUnansweredPingsStopHandlerAtLease(t *testing.T) {
 	causes := make(chan error, 1)
 	cfg := fastConfig("stalled", ev)
 	cfg.WriteTimeout = time.Second // the stop at the end waits for a claim stuck behind the proxy
-	startConsumer(t, mschedulertest.CollectionOf(t, client), func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+	startConsumer(t, client.Database(coll.Database().Name()).Collection(coll.Name()), func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
 		<-ctx.Done()
 		causes <- context.Cause(ctx)
 		return 0, ctx.Err()

@@ -43,7 +43,7 @@ func (c *Consumer[P, R]) sweepIfDue(ctx context.Context, st *claimState) {
 type sweptTask struct {
 	State         taskState         `bson:",inline"`
 	Key           string            `bson:"key"`
-	Rev           int64             `bson:"rev"`
+	Rev           bson.RawValue     `bson:"rev"` // fenced on as stored, whatever its type
 	MaxFailedRuns int               `bson:"max_failed_runs"`
 	NextExpiry    time.Time         `bson:"next_expiry"`
 	Holders       map[string]holder `bson:"holders"`
@@ -67,15 +67,13 @@ func (t *sweptTask) plan() *planDoc {
 // sweep reads, with one query, the tasks whose next_expiry falls before
 // horizon, earliest first; frees the runs whose lease lapsed before now; and
 // returns the earliest next_expiry still ahead, when the next sweep is due.
+// A task that cannot be swept as stored is set invalid, so that it leaves
+// the sweep's range instead of filling every batch.
 func (c *Consumer[P, R]) sweep(ctx context.Context, now, horizon time.Time) (time.Time, error) {
 	opts := options.Find().
 		SetSort(bson.D{{Key: fNextExpiry, Value: 1}}).
 		SetLimit(sweepBatch).
-		SetProjection(bson.D{
-			{Key: fKey, Value: 1}, {Key: fRev, Value: 1}, {Key: fMaxFailedRuns, Value: 1}, {Key: fHolders, Value: 1},
-			{Key: fNextExpiry, Value: 1}, {Key: fStatus, Value: 1}, {Key: fRunning, Value: 1}, {Key: fFree, Value: 1},
-			{Key: fFailedRuns, Value: 1}, {Key: fConcurrency, Value: 1}, {Key: fPlan, Value: 1},
-		})
+		SetProjection(bson.D{{Key: fRuns, Value: 0}, {Key: fParams, Value: 0}})
 	cur, err := c.coll.Find(ctx, bson.D{{Key: fNextExpiry, Value: op("$lte", horizon)}}, opts)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("mscheduler: sweep: %w", err)
@@ -84,27 +82,78 @@ func (c *Consumer[P, R]) sweep(ctx context.Context, now, horizon time.Time) (tim
 	if err := cur.All(ctx, &raws); err != nil {
 		return time.Time{}, fmt.Errorf("mscheduler: sweep: %w", err)
 	}
+	progress := false
 	for _, raw := range raws {
 		var t sweptTask
 		if err := bson.Unmarshal(raw, &t); err != nil {
-			key, _ := raw.Lookup(fID).StringValueOK()
-			c.loopError(ctx, fmt.Errorf("mscheduler: sweep: task %q cannot be decoded: %w", key, err))
+			progress = c.sweepUnreadable(ctx, raw, now) || progress
 			continue
+		}
+		if t.Key == "" {
+			t.Key, _ = raw.Lookup(fID).StringValueOK()
 		}
 		if !t.NextExpiry.Before(now) {
 			return t.NextExpiry, nil
 		}
-		if err := c.sweepTask(ctx, t, now); err != nil {
+		done, err := c.sweepTask(ctx, t, raw, now)
+		if err != nil {
 			c.loopError(ctx, err)
 		}
+		progress = progress || done
 	}
-	if len(raws) == sweepBatch {
+	if len(raws) == sweepBatch && progress {
 		return now, nil // a full batch of lapsed leases: sweep again at once
 	}
 	return time.Time{}, nil
 }
 
-func (c *Consumer[P, R]) sweepTask(ctx context.Context, t sweptTask, now time.Time) error {
+// sweepUnreadable handles a task whose fields the sweep needs do not decode:
+// its lapsed runs are ended and it is set invalid, naming the field. It
+// reports whether it wrote.
+func (c *Consumer[P, R]) sweepUnreadable(ctx context.Context, raw bson.Raw, now time.Time) bool {
+	key, _ := raw.Lookup(fID).StringValueOK()
+	prob := inspect(raw)
+	if prob == nil {
+		prob = &problem{field: "(document)", reason: "cannot be swept as stored"}
+	}
+	var holders map[string]holder
+	if err := raw.Lookup(fHolders).Unmarshal(&holders); err == nil {
+		wrote := false
+		for workerID, h := range holders {
+			if h.LeaseUntil.Before(now) {
+				rec := expiredRecord(workerID, h, now, nil)
+				q := &quarantine{key: key, filter: expiredFence(key, workerID, h.Run, now), raw: raw, prob: prob, found: foundAtSweep, holder: workerID, run: &rec}
+				ok, err := c.quarantine(ctx, q)
+				if err != nil {
+					c.loopError(ctx, err)
+				}
+				wrote = wrote || ok
+			}
+		}
+		if wrote {
+			return true
+		}
+	}
+	// No lapsed run to end (or holders itself is broken): take the task out
+	// of the sweep's range. Its holders, if any, end their runs themselves.
+	q := &quarantine{key: key, filter: asRead(raw), raw: raw, prob: prob, found: foundAtSweep}
+	ok, err := c.quarantine(ctx, q)
+	if err != nil {
+		c.loopError(ctx, err)
+		return false
+	}
+	if ok {
+		_, err = c.coll.UpdateOne(ctx, bson.D{{Key: fID, Value: raw.Lookup(fID)}, {Key: fStatus, Value: StatusInvalid}}, bson.D{{Key: "$unset", Value: bson.D{{Key: fNextExpiry, Value: ""}}}})
+		if err != nil {
+			c.loopError(ctx, fmt.Errorf("mscheduler: sweep %q: %w", key, err))
+		}
+	}
+	return ok
+}
+
+// sweepTask expires the task's lapsed runs, or raises its stale
+// next_expiry. It reports whether it wrote anything.
+func (c *Consumer[P, R]) sweepTask(ctx context.Context, t sweptTask, raw bson.Raw, now time.Time) (bool, error) {
 	lapsed := 0
 	var earliest time.Time // the earliest lease still valid
 	for workerID, h := range t.Holders {
@@ -115,7 +164,7 @@ func (c *Consumer[P, R]) sweepTask(ctx context.Context, t sweptTask, now time.Ti
 			continue
 		}
 		lapsed++
-		if err := c.expire(ctx, t, workerID, h, now); err != nil {
+		if err := c.expire(ctx, t, raw, workerID, h, now); err != nil {
 			c.loopError(ctx, err)
 		}
 	}
@@ -123,33 +172,44 @@ func (c *Consumer[P, R]) sweepTask(ctx context.Context, t sweptTask, now time.Ti
 		// Whatever the writes did, the task's next_expiry moved with them
 		// or is still due: the next sweep sees the truth.
 		c.wake()
-		return nil
+		return true, nil
 	}
-	return c.repairExpiry(ctx, t, earliest)
+	return true, c.repairExpiry(ctx, t, earliest)
+}
+
+func expiredRecord(workerID string, h holder, now time.Time, planned *time.Time) runRecord {
+	return runRecord{
+		RunID: h.Run, WorkerID: workerID, Started: h.Started, LeaseUntil: h.LeaseUntil,
+		Finished: now, Outcome: OutcomeExpired, Planned: planned,
+		Error: fmt.Sprintf("lease expired at %s: worker stopped pinging", h.LeaseUntil.UTC().Format(time.RFC3339Nano)),
+	}
 }
 
 // expire records a lapsed run as expired and frees its slot, fenced on the
-// run and on its lease still being lapsed.
-func (c *Consumer[P, R]) expire(ctx context.Context, t sweptTask, workerID string, h holder, now time.Time) error {
+// run and on its lease still being lapsed. A task whose run end the server
+// refuses (a field of the wrong type) has the run ended and is set invalid.
+func (c *Consumer[P, R]) expire(ctx context.Context, t sweptTask, raw bson.Raw, workerID string, h holder, now time.Time) error {
+	plan := t.plan()
 	end := &runEnd{
-		key:      t.Key,
-		workerID: workerID,
-		fence:    expiredFence(t.Key, workerID, h.Run, now),
-		record: runRecord{
-			RunID: h.Run, WorkerID: workerID, Started: h.Started, LeaseUntil: h.LeaseUntil,
-			Finished: now, Outcome: OutcomeExpired, Planned: (&taskDoc{Plan: t.plan()}).planned(),
-			Error: fmt.Sprintf("lease expired at %s: worker stopped pinging", h.LeaseUntil.UTC().Format(time.RFC3339Nano)),
-		},
+		key:           t.Key,
+		workerID:      workerID,
+		fence:         expiredFence(t.Key, workerID, h.Run, now),
+		record:        expiredRecord(workerID, h, now, (&taskDoc{Plan: plan}).planned()),
 		maxFailedRuns: t.MaxFailedRuns,
 		seen:          t.State,
 		now:           now,
 		runsKept:      c.cfg.RunsKept,
-		advance:       newPlanAdvance(&taskDoc{Plan: t.plan(), Concurrency: t.Concurrency}, h.Started, now),
+		advance:       newPlanAdvance(&taskDoc{Plan: plan, Concurrency: t.Concurrency}, h.Started, now),
 	}
 	err := end.write(ctx, c.coll)
 	switch {
 	case errors.Is(err, errRunGone): // the holder pinged, ended or was swept meanwhile
 		return nil
+	case unwritable(err):
+		_, prob := problemOf(ctx, c.coll, end.fence, err)
+		q := &quarantine{key: t.Key, filter: end.fence, raw: raw, prob: prob, found: foundAtSweep, holder: workerID, run: &end.record}
+		_, qerr := c.quarantine(ctx, q)
+		return qerr
 	case err != nil:
 		return err
 	}
@@ -166,7 +226,11 @@ func (c *Consumer[P, R]) repairExpiry(ctx context.Context, t sweptTask, earliest
 	if !earliest.IsZero() {
 		update = bson.D{{Key: "$set", Value: bson.D{{Key: fNextExpiry, Value: earliest}}}}
 	}
-	_, err := c.coll.UpdateOne(ctx, bson.D{{Key: fID, Value: t.Key}, {Key: fRev, Value: t.Rev}}, update)
+	rev := bson.E{Key: fRev, Value: t.Rev}
+	if t.Rev.Type == 0 {
+		rev.Value = op("$exists", false)
+	}
+	_, err := c.coll.UpdateOne(ctx, bson.D{{Key: fID, Value: t.Key}, rev}, update)
 	if err != nil {
 		return fmt.Errorf("mscheduler: sweep %q: %w", t.Key, err)
 	}

@@ -18,6 +18,11 @@ const (
 	StatusFailed Status = "failed"
 	// StatusFinished: the task's plan has no planned time left.
 	StatusFinished Status = "finished"
+	// StatusInvalid: the task's document cannot be run as stored (it was
+	// edited by hand into a shape the library cannot use); its invalid
+	// field says which field is wrong and why. Workers skip it until a
+	// person repairs the field and sets the status back to pending.
+	StatusInvalid Status = "invalid"
 )
 
 // Outcome is how one run ended, stored in the run records of a task.

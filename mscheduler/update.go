@@ -72,6 +72,9 @@ func (u *TaskUpdate) build(doc *taskDoc, now time.Time) (bson.D, error) {
 	if u.MaxFailedRuns != nil {
 		opts.MaxFailedRuns = *u.MaxFailedRuns
 	}
+	if err := u.validatePing(opts); err != nil {
+		return nil, err
+	}
 	if err := opts.validate(""); err != nil {
 		return nil, err
 	}
@@ -117,6 +120,22 @@ func statusAfterResize(doc *taskDoc, free int) Status {
 		return StatusSucceeded
 	}
 	return ""
+}
+
+// validatePing refuses ping settings that would make a lease unrenewable:
+// a run going on takes them at its next ping, and with an interval not
+// below the timeout its lease would lapse between two pings. The error
+// names the field the update changed, and the other one.
+func (u *TaskUpdate) validatePing(opts taskOptions) error {
+	if opts.PingInterval <= 0 || opts.WorkerTimeout <= 0 || opts.PingInterval < opts.WorkerTimeout {
+		return nil // validate reports the non-positive ones
+	}
+	if u.WorkerTimeout != nil && u.PingInterval == nil {
+		return invalid("WorkerTimeout", "must be longer than the task's PingInterval (%s), got %s: the lease would lapse between two pings",
+			opts.PingInterval, opts.WorkerTimeout)
+	}
+	return invalid("PingInterval", "must be shorter than WorkerTimeout (%s), got %s: the lease would lapse between two pings",
+		opts.WorkerTimeout, opts.PingInterval)
 }
 
 func (u *TaskUpdate) validateRest() error {

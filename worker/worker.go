@@ -65,9 +65,11 @@ type Worker struct {
 	closeErr  error
 }
 
-// New connects to the server (mongo.Connect, then a ping, both bounded by
-// ctx) and returns a worker with no consumers. When the URI is empty and
-// cfg.DevServer is set, it first starts the development server.
+// New prepares the connection to the server and returns a worker with no
+// consumers. It does no I/O with the server (the driver connects lazily):
+// a server that is down when the process starts is waited for by Run. When
+// the URI is empty and cfg.DevServer is set, it first starts the
+// development server, bounded by ctx.
 //
 // The client's default write concern is majority unless the URI sets one,
 // and retryable writes stay on (the driver's default): an acknowledged run
@@ -95,7 +97,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		w.server = s
 		w.cfg.URI = s.URI()
 	}
-	if err := w.connect(ctx); err != nil {
+	if err := w.connect(); err != nil {
 		if w.server != nil {
 			_ = w.server.Stop()
 		}
@@ -104,7 +106,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	return w, nil
 }
 
-func (w *Worker) connect(ctx context.Context) error {
+func (w *Worker) connect() error {
 	opts := options.Client().ApplyURI(w.cfg.URI)
 	if err := opts.Validate(); err != nil {
 		return invalid("URI", "%v", err)
@@ -118,10 +120,6 @@ func (w *Worker) connect(ctx context.Context) error {
 	client, err := mongo.Connect(opts)
 	if err != nil {
 		return fmt.Errorf("worker: connect to %s: %w", redact(w.cfg.URI), err)
-	}
-	if err := client.Ping(ctx, nil); err != nil {
-		_ = client.Disconnect(context.Background())
-		return fmt.Errorf("worker: ping %s: %w", redact(w.cfg.URI), err)
 	}
 	w.client = client
 	w.db = client.Database(w.cfg.Database)
@@ -187,7 +185,10 @@ func Register[P, R any](w *Worker, collection string, h mscheduler.Handler[P, R]
 
 // Run creates the indexes of every registered collection (unless
 // Config.SkipIndexes), starts every consumer, and blocks until ctx is done
-// or SIGINT or SIGTERM arrives. It then stops the consumers: running
+// or SIGINT or SIGTERM arrives. While the server cannot be reached, the
+// start is tried again with backoff (1 s doubling to 30 s), each attempt
+// logged with its error, until it succeeds or the stop comes; errors the
+// server gives on their merits (a newer schema, a refused login) end Run. It then stops the consumers: running
 // handlers get ShutdownTimeout to finish, then are cancelled and their runs
 // released. Once the first signal has been received, a second one kills the
 // process as usual. Run finally disconnects from the server and stops the
@@ -222,7 +223,7 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	defer stopSignals()
 	began := time.Now()
 
-	started, startErr := w.startAll(runCtx, consumers)
+	started, startErr := w.startAllRetrying(runCtx, consumers)
 	if startErr == nil {
 		w.log.Info("worker started",
 			"collections", w.collections(consumers),
@@ -249,24 +250,74 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	return nil
 }
 
-// startAll ensures the indexes, then starts the consumers in order; it
-// returns the ones it started.
-func (w *Worker) startAll(ctx context.Context, consumers []*consumer) ([]*consumer, error) {
+// Start-up attempts while the server cannot be reached.
+const (
+	startAttemptTimeout = 10 * time.Second
+	startRetryFirst     = time.Second
+	startRetryMax       = 30 * time.Second
+)
+
+// startAllRetrying starts every consumer, trying again while the server
+// cannot be reached; consumers that started stay started. It returns the
+// consumers started, and the error that ended the attempts (nil when all
+// started, ctx's when the stop came first).
+func (w *Worker) startAllRetrying(ctx context.Context, consumers []*consumer) ([]*consumer, error) {
+	var started []*consumer
+	indexed := map[string]bool{}
+	delay := startRetryFirst
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, startAttemptTimeout)
+		err := w.startAll(actx, consumers[len(started):], &started, indexed)
+		cancel()
+		switch {
+		case err == nil:
+			return started, nil
+		case ctx.Err() != nil:
+			return started, ctx.Err()
+		case !unreachable(err):
+			return started, err
+		}
+		w.log.Warn("server unreachable; trying the start again", "attempt", attempt, "retry_in", delay.String(), "server", redact(w.cfg.URI), "error", err)
+		select {
+		case <-ctx.Done():
+			return started, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, startRetryMax)
+	}
+}
+
+// unreachable reports an error of a server that did not answer, as opposed
+// to one that answered no.
+func unreachable(err error) bool {
+	var se mongo.ServerError
+	if errors.As(err, &se) && !mongo.IsNetworkError(err) && !mongo.IsTimeout(err) {
+		return false
+	}
+	return mongo.IsNetworkError(err) || mongo.IsTimeout(err) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// startAll ensures the indexes of the collections not indexed yet, then
+// starts the consumers in order, appending each one started to started.
+func (w *Worker) startAll(ctx context.Context, consumers []*consumer, started *[]*consumer, indexed map[string]bool) error {
 	if !w.cfg.SkipIndexes {
 		for _, name := range w.collections(consumers) {
-			if err := mscheduler.EnsureIndexes(ctx, w.db.Collection(name)); err != nil {
-				return nil, fmt.Errorf("worker: %w", err)
+			if indexed[name] {
+				continue
 			}
+			if err := mscheduler.EnsureIndexes(ctx, w.db.Collection(name)); err != nil {
+				return fmt.Errorf("worker: %w", err)
+			}
+			indexed[name] = true
 		}
 	}
-	var started []*consumer
 	for _, c := range consumers {
 		if err := c.start(ctx); err != nil {
-			return started, fmt.Errorf("worker: start consumer of %s: %w", c.collection, err)
+			return fmt.Errorf("worker: start consumer of %s: %w", c.collection, err)
 		}
-		started = append(started, c)
+		*started = append(*started, c)
 	}
-	return started, nil
+	return nil
 }
 
 // stopAll stops the consumers at once, each waiting up to timeout for its

@@ -1,0 +1,158 @@
+package mscheduler_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
+)
+
+// cmdProxy stands between a client and the server and lets a test act on
+// each command on its way: delay it, run code before it is forwarded, or
+// forward it and drop its reply (the connection then closes, as when the
+// network fails after the server applied the command).
+type cmdProxy struct {
+	ln     net.Listener
+	target string
+	// hook is called with each command (its name and body) before it is
+	// forwarded; it may block. It returns true to drop the reply.
+	hook func(name string, body bson.Raw) (dropReply bool)
+
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+// newCmdProxy starts a proxy in front of the test server and returns a
+// client that talks through it, or skips the test for a multi-host server.
+func newCmdProxy(t *testing.T, hook func(name string, body bson.Raw) bool) (*cmdProxy, *mongo.Client) {
+	t.Helper()
+	hosts := options.Client().ApplyURI(mschedulertest.URI()).Hosts
+	if len(hosts) != 1 {
+		t.Skipf("the server URI names %d hosts; the proxy stands in front of a single-host server", len(hosts))
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cmdProxy{ln: ln, target: hosts[0], hook: hook}
+	go p.accept()
+	t.Cleanup(p.close)
+	client := mschedulertest.NewClient(t, options.Client().SetHosts([]string{ln.Addr().String()}).SetDirect(true))
+	return p, client
+}
+
+func (p *cmdProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		go p.serve(c, s)
+	}
+}
+
+// serve relays one connection, one request and one reply at a time (the
+// driver sends no other traffic on a connection in use).
+func (p *cmdProxy) serve(c, s net.Conn) {
+	defer c.Close()
+	defer s.Close()
+	for {
+		req, err := readMessage(c)
+		if err != nil {
+			return
+		}
+		drop := false
+		if name, body, ok := commandOf(req); ok && p.hook != nil {
+			drop = p.hook(name, body)
+		}
+		if _, err := s.Write(req); err != nil {
+			return
+		}
+		if moreToCome(req) {
+			continue
+		}
+		reply, err := readMessage(s)
+		if err != nil || drop {
+			return
+		}
+		if _, err := c.Write(reply); err != nil {
+			return
+		}
+	}
+}
+
+func (p *cmdProxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+// readMessage reads one length-prefixed wire message whole.
+func readMessage(r io.Reader) ([]byte, error) {
+	var head [4]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return nil, err
+	}
+	n := int(binary.LittleEndian.Uint32(head[:]))
+	if n < 16 || n > 64<<20 {
+		return nil, errors.New("bad message length")
+	}
+	msg := make([]byte, n)
+	copy(msg, head[:])
+	_, err := io.ReadFull(r, msg[4:])
+	return msg, err
+}
+
+const opMsg = 2013
+
+// commandOf returns the command name and body of an OP_MSG request.
+func commandOf(msg []byte) (string, bson.Raw, bool) {
+	if len(msg) < 21 || binary.LittleEndian.Uint32(msg[12:16]) != opMsg || msg[20] != 0 {
+		return "", nil, false
+	}
+	body := bson.Raw(msg[21:])
+	if len(body) < 4 {
+		return "", nil, false
+	}
+	body = body[:binary.LittleEndian.Uint32(body[:4])]
+	elems, err := body.Elements()
+	if err != nil || len(elems) == 0 {
+		return "", nil, false
+	}
+	return elems[0].Key(), body, true
+}
+
+// moreToCome reports an OP_MSG with no reply.
+func moreToCome(msg []byte) bool {
+	return len(msg) >= 20 && binary.LittleEndian.Uint32(msg[12:16]) == opMsg && binary.LittleEndian.Uint32(msg[16:20])&2 != 0
+}
+
+// filterOf is the filter of a findAndModify or update command's first
+// statement, as sent.
+func filterOf(name string, body bson.Raw) bson.Raw {
+	switch name {
+	case "findAndModify":
+		f, _ := body.Lookup("query").DocumentOK()
+		return f
+	}
+	return nil
+}
