@@ -14,8 +14,13 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// claimLease is the lease of a claim before this worker has claimed any
-// task (it then leases for the timeouts of the tasks it claimed last).
+// claimLease is the lease a claim stores: an update cannot read the task's
+// own worker timeout. Until the run's first ping, its lease is in effect
+// the shorter of the two: started + worker_timeout_ms, by which the worker
+// cancels its handler and after which any sweep may expire the run (a
+// holder whose lease_until is still exactly started + claimLease has
+// never pinged). The first ping comes at the task's ping interval, and no
+// later than claimLease/2.
 const claimLease = WorkerTimeoutDefault
 
 // skipFor is how long the claim loop skips a task that it could neither
@@ -58,7 +63,7 @@ type claimState struct {
 	sweepAt time.Time
 	checkAt time.Time
 	leases  leaseHint
-	peeked  bool // the lease of the first claim was looked up
+	peeked  bool // the timeout of the first claim's task was looked up
 	// unconfirmed are claims whose reply was lost: the server may have
 	// applied them. Each is looked for until found (and released) or gone.
 	unconfirmed []string
@@ -170,15 +175,17 @@ func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (bson.Raw
 	now := c.clock.Now()
 	filter := claimFilter(c.cfg.WorkerID, c.cfg.Groups, st.skipped.keys(now), now)
 	runID := newRunID()
-	lease := now.Add(st.leases.lease())
 	update := bson.D{
 		{Key: "$set", Value: bson.D{
 			{Key: fStatus, Value: StatusRunning},
-			{Key: holderPath(c.cfg.WorkerID), Value: holder{Run: runID, Started: now, LeaseUntil: lease}},
+			{Key: holderPath(c.cfg.WorkerID), Value: holder{Run: runID, Started: now, LeaseUntil: now.Add(claimLease)}},
 			{Key: fUpdatedAt, Value: now},
 		}},
 		{Key: "$inc", Value: bson.D{{Key: fFree, Value: -1}, {Key: fRunning, Value: 1}, {Key: fRev, Value: 1}}},
-		{Key: "$min", Value: bson.D{{Key: fNextExpiry, Value: lease}}},
+		// Sweeps look at the task from when its lease may lapse: the
+		// shortest worker timeout among the tasks this worker claimed last,
+		// a guess that the first ping corrects.
+		{Key: "$min", Value: bson.D{{Key: fNextExpiry, Value: now.Add(st.leases.shortest())}}},
 		{Key: "$unset", Value: bson.D{{Key: fInvalid, Value: ""}}}, // a repaired task's old reason
 	}
 	opts := options.FindOneAndUpdate().SetSort(claimSort).SetReturnDocument(options.After)
@@ -208,7 +215,7 @@ func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (bson.Raw
 }
 
 // peekLease learns, once, the worker timeout of the task the first claim
-// will most likely take, so that the first claim leases for it too.
+// will most likely take, for the first claim's next_expiry.
 func (c *Consumer[P, R]) peekLease(ctx context.Context, st *claimState) {
 	now := c.clock.Now()
 	var doc struct {
@@ -398,10 +405,10 @@ func (l *skipList) keys(now time.Time) []string {
 	return out
 }
 
-// leaseHint is the lease a claim takes: the longest worker timeout among
-// the tasks this worker claimed last, so that with tasks alike every claim
-// leases for exactly their timeout, and a task with another one has its
-// lease fitted by a ping right after the claim.
+// leaseHint guesses, for next_expiry, when a new run's lease may lapse: the
+// shortest worker timeout among the tasks this worker claimed last (at most
+// claimLease), so that with tasks alike a sweep looks at a dead worker's
+// run as soon as its lease lapses, even before its first ping.
 type leaseHint struct {
 	seen [16]time.Duration
 	next int
@@ -412,15 +419,14 @@ func (h *leaseHint) observe(timeout time.Duration) {
 	h.next++
 }
 
-func (h *leaseHint) lease() time.Duration {
-	longest := time.Duration(0)
+func (h *leaseHint) shortest() time.Duration {
+	out := claimLease
 	for _, d := range h.seen {
-		longest = max(longest, d)
+		if d > 0 {
+			out = min(out, d)
+		}
 	}
-	if longest <= 0 {
-		return claimLease
-	}
-	return longest
+	return out
 }
 
 // dueHeap is a min-heap of server times at which the claim loop should look

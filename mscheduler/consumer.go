@@ -61,6 +61,9 @@ const (
 // stays below MongoDB's 16 MiB limit and every run end fits.
 const RunsBudgetBytes = 7 << 20
 
+// runRecordBytes is what a run record takes besides its result and error.
+const runRecordBytes = 1 << 10
+
 // ConsumerConfig configures a [Consumer]. The zero value is ready to use.
 type ConsumerConfig struct {
 	// WorkerID names this worker in the task documents. It must not contain
@@ -105,11 +108,15 @@ type ConsumerConfig struct {
 	RunsKept int
 	// MaxResultBytes caps the encoded result of a run: a larger result is
 	// not stored, and the run fails with an error that says so. Defaults to
-	// [MaxResultBytesDefault]; see [RunsBudgetBytes].
+	// [MaxResultBytesDefault], or less when RunsKept is large: see
+	// [RunsBudgetBytes].
 	MaxResultBytes int
 	// MaxErrorBytes caps the error text stored with a run; a longer one is
 	// cut, saying so. Defaults to [MaxErrorBytesDefault].
 	MaxErrorBytes int
+	// resultCapDerived says MaxResultBytes was derived from RunsKept.
+	resultCapDerived bool
+
 	// CheckInterval is how often the consumer looks for task documents that
 	// no claim can match (a missing or unknown status, a run_at that is not
 	// a date, a missing counter, ...), as hand edits leave them, and sets
@@ -169,8 +176,11 @@ func (c *ConsumerConfig) withDefaults() *ConsumerConfig {
 	out.TimeoutGrace = cmp.Or(out.TimeoutGrace, TimeoutGraceDefault)
 	out.WriteTimeout = cmp.Or(out.WriteTimeout, WriteTimeoutDefault)
 	out.RunsKept = cmp.Or(out.RunsKept, RunsKeptDefault)
-	out.MaxResultBytes = cmp.Or(out.MaxResultBytes, MaxResultBytesDefault)
 	out.MaxErrorBytes = cmp.Or(out.MaxErrorBytes, MaxErrorBytesDefault)
+	if out.MaxResultBytes == 0 {
+		out.MaxResultBytes = min(MaxResultBytesDefault, RunsBudgetBytes/max(out.RunsKept, 1)-out.MaxErrorBytes-runRecordBytes)
+		out.resultCapDerived = true
+	}
 	out.CheckInterval = cmp.Or(out.CheckInterval, CheckIntervalDefault)
 	out.ClockSyncInterval = cmp.Or(out.ClockSyncInterval, ClockSyncIntervalDefault)
 	if out.WriteConcern == nil {
@@ -215,14 +225,16 @@ func (c *ConsumerConfig) validate() error {
 		return invalid("WriteTimeout", "must not be negative, got %s", c.WriteTimeout)
 	case c.RunsKept < 1:
 		return invalid("RunsKept", "must be at least 1, got %d", c.RunsKept)
-	case c.MaxResultBytes < 0:
-		return invalid("MaxResultBytes", "must not be negative, got %d", c.MaxResultBytes)
 	case c.MaxErrorBytes < 64:
 		return invalid("MaxErrorBytes", "must be at least 64, got %d", c.MaxErrorBytes)
 	case c.CheckInterval < 0:
 		return invalid("CheckInterval", "must not be negative, got %s", c.CheckInterval)
-	case int64(c.RunsKept)*int64(c.MaxResultBytes+c.MaxErrorBytes+1<<10) > RunsBudgetBytes:
-		return invalid("MaxResultBytes", "RunsKept (%d) × (MaxResultBytes (%d) + MaxErrorBytes (%d) + 1 KiB) must be at most RunsBudgetBytes (%d), so that a task document stays below 16 MiB",
+	case c.MaxResultBytes < 0 || int64(c.RunsKept)*int64(c.MaxResultBytes+c.MaxErrorBytes+runRecordBytes) > RunsBudgetBytes:
+		field := "MaxResultBytes"
+		if c.resultCapDerived {
+			field = "RunsKept"
+		}
+		return invalid(field, "RunsKept (%d) × (MaxResultBytes (%d) + MaxErrorBytes (%d) + 1 KiB) must be at most RunsBudgetBytes (%d), so that a task document stays below 16 MiB",
 			c.RunsKept, c.MaxResultBytes, c.MaxErrorBytes, RunsBudgetBytes)
 	}
 	return nil

@@ -91,9 +91,9 @@ func (p *Producer[P]) rewrite(ctx context.Context, key, verb string, build func(
 
 // resumeUpdate unpauses the task and, for a plan whose current planned time
 // passed while no run of it was going, moves it on as a late first start
-// under MissedSkip would: to the latest planned time within grace, or the
-// first one after now, the others skipped (none left: the plan finishes).
-// Pending skips are left for the claim to apply.
+// under MissedSkip with no grace would: to the first planned time after
+// now, the others skipped (none left: the plan finishes). Pending skips are
+// left for the claim to apply.
 func resumeUpdate(doc *taskDoc, now time.Time) (bson.D, error) {
 	set := bson.D{{Key: fUpdatedAt, Value: now}}
 	inc := bson.D{{Key: fRev, Value: 1}}

@@ -28,7 +28,7 @@ func (c *Consumer[P, R]) startRun(doc *taskDoc, task *Task[P]) {
 		workerTimeout: fromMS(doc.WorkerTimeoutMS),
 		doc:           doc,
 	}
-	r.leaseUntil.Store(h.LeaseUntil.UnixNano())
+	r.leaseUntil.Store(effectiveLease(h, fromMS(doc.WorkerTimeoutMS)).UnixNano())
 	c.emit(Event{Kind: EventClaimed, Key: r.key, RunID: r.runID, Planned: ptrTime(doc.planned())})
 	c.log.Debug("claimed", "key", r.key, "run_id", r.runID)
 	c.pinger.add(r)
@@ -198,6 +198,9 @@ func (c *Consumer[P, R]) endUnwritable(r *activeRun, end *runEnd, cause error) {
 	}
 	rec := end.record
 	rec.Result = bson.RawValue{}
+	if len(rec.Error) > 512 { // the note must fit where the record did not
+		rec.Error = rec.Error[:512] + "…"
+	}
 	q := &quarantine{key: r.key, filter: end.fence, raw: raw, prob: prob, found: foundAtRunEnd, holder: end.workerID, run: &rec}
 	ok, err := c.quarantine(ctx, q)
 	switch {

@@ -113,6 +113,9 @@ func newTaskDoc[P any](t *Task[P], d TaskDefaults, now time.Time, prefix string)
 	if err != nil {
 		return nil, invalid(prefix+"Params", "cannot be encoded as BSON: %v", err)
 	}
+	if len(params.Value) > MaxParamsBytes {
+		return nil, invalid(prefix+"Params", "are %d bytes encoded, over MaxParamsBytes (%d): keep large inputs elsewhere and pass a reference", len(params.Value), MaxParamsBytes)
+	}
 	runAt := t.RunAt
 	if runAt.IsZero() {
 		runAt = now

@@ -91,15 +91,10 @@ func newPinger(coll *mongo.Collection, workerID string, groups []string, clock *
 		runs: map[string]*activeRun{}, kick: make(chan struct{}, 1), results: make(chan pingResult)}
 }
 
-// add hands a claimed run to the pinger. A claim leases for the timeout of
-// the tasks this worker claimed last (an update cannot read the task's
-// own); when the task's own differs, the first ping goes at once and
-// fits the lease to it.
+// add hands a claimed run to the pinger. The first ping comes at the
+// task's ping interval, and before the claim's own lease could lapse.
 func (p *pinger) add(r *activeRun) {
-	r.nextPing = r.started.Add(r.pingInterval)
-	if r.lease().Sub(r.started) != r.workerTimeout {
-		r.nextPing = r.started
-	}
+	r.nextPing = r.started.Add(min(r.pingInterval, claimLease/2))
 	p.mu.Lock()
 	p.runs[r.runID] = r
 	p.mu.Unlock()
@@ -179,12 +174,6 @@ func (p *pinger) send(ctx context.Context, r *activeRun, now time.Time) {
 	p.inflight++
 	r.nextPing = now.Add(r.pingInterval)
 	lease, sole := now.Add(r.workerTimeout), r.soleHolder
-	if lease.Before(r.lease()) {
-		// A ping that shortens the lease (fitting a claim's to the task's
-		// timeout) may be applied even if its reply never comes: from now
-		// on the lease the server holds may be the shorter one.
-		r.leaseUntil.Store(lease.UnixNano())
-	}
 	timeout := max(r.lease().Sub(now), time.Millisecond)
 	p.sending.Go(func() {
 		pctx, cancel := context.WithTimeout(ctx, timeout)
@@ -298,8 +287,8 @@ const renewTries = 3
 
 // renew renews one run's lease. The only holder of a task also sets
 // next_expiry, exactly; with several holders it stays a lower bound (the
-// ping only lowers it, should a claim have leased for longer than the
-// task's timeout), which sweeps raise. Which case holds is guessed from
+// ping only lowers it, should a claim have guessed a later one), which
+// sweeps raise. Which case holds is guessed from
 // the last reply and the other form is tried if the guess was wrong, so a
 // ping is one command except when the number of holders crosses one. If
 // both miss, the number of holders moved between them, or the run was

@@ -124,3 +124,40 @@ func ExampleMissedRunOnce() {
 	// skip     next 10:12, skipped 3
 	// catch_up next 10:03, skipped 0
 }
+
+// Repeat counts planned times, run or skipped: a plan of 3 hourly planned
+// times whose last one passed before it could run (the workers were down)
+// finishes without running; with one planned time still ahead, it runs
+// that one.
+func ExamplePlan_Next_repeat() {
+	p := mscheduler.Every(1, mscheduler.Hour)
+	p.Start, p.Repeat = time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC), 3
+	for _, now := range []time.Time{
+		time.Date(2026, 1, 5, 5, 30, 0, 0, time.UTC), // all three passed
+		time.Date(2026, 1, 5, 1, 30, 0, 0, time.UTC), // 00:00 and 01:00 passed
+	} {
+		step, _ := p.Next(mscheduler.PlanState{}, now)
+		if step.Done {
+			fmt.Printf("at %s: finished, %d skipped\n", now.Format("15:04"), step.Skipped)
+		} else {
+			fmt.Printf("at %s: next %s, %d skipped\n", now.Format("15:04"), step.Next.Format("15:04"), step.Skipped)
+		}
+	}
+	// Output:
+	// at 05:30: finished, 3 skipped
+	// at 01:30: next 02:00, 2 skipped
+}
+
+// Upcoming previews the planned times the workers will run.
+func ExamplePlan_Upcoming() {
+	p := mscheduler.Weekly(time.Monday, 9, 30)
+	p.Zone, p.Start = "Europe/Berlin", time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	times, _ := p.Upcoming(mscheduler.PlanState{}, p.Start, 3)
+	for _, t := range times {
+		fmt.Println(t.UTC().Format("2006-01-02 15:04 MST"))
+	}
+	// Output:
+	// 2026-03-02 08:30 UTC
+	// 2026-03-09 08:30 UTC
+	// 2026-03-16 08:30 UTC
+}

@@ -2,6 +2,7 @@ package mscheduler_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 	_ "time/tzdata" // zones without system data
@@ -446,6 +447,63 @@ func TestPlanNextRepeat(t *testing.T) {
 		{"repeat 3 after 3 runs is done even with missed times", with(hourly, repeat(3), missed(mscheduler.MissedCatchUp)),
 			ran(ts(d+"02:00:00"), 3), ts(d + "09:00:00"), done(0)},
 	})
+}
+
+// Repeat counts planned times: skipped ones use up the count as runs do.
+func TestPlanNextRepeatCountsSkippedTimes(t *testing.T) {
+	d := "2026-01-05 "
+	hourly := with(mscheduler.Every(1, mscheduler.Hour), start(ts(d+"00:00:00")))
+	state := func(last time.Time, runs, skipped int) mscheduler.PlanState {
+		return mscheduler.PlanState{Last: last, Runs: runs, Skipped: skipped}
+	}
+	runNextCases(t, []nextCase{
+		{"the last allowed planned time already past: finished without running", with(hourly, repeat(3)),
+			mscheduler.PlanState{}, ts(d + "05:30:00"), done(3)},
+		{"the third planned time within grace runs as the last", with(hourly, repeat(3)),
+			mscheduler.PlanState{}, ts(d + "02:00:03"), next(ts(d+"02:00:00"), 2)},
+		{"runs and skips below the count go on", with(hourly, repeat(5)),
+			state(ts(d+"02:00:00"), 1, 2), ts(d + "02:00:01"), next(ts(d+"03:00:00"), 0)},
+		{"skipping through the count finishes, counting only the planned times left", with(hourly, repeat(5)),
+			state(ts(d+"02:00:00"), 1, 2), ts(d + "06:30:00"), done(2)},
+		{"run once stands for the missed times, which count", with(hourly, repeat(5), missed(mscheduler.MissedRunOnce)),
+			state(ts(d+"00:00:00"), 1, 0), ts(d + "03:00:30"), next(ts(d+"03:00:00"), 2)},
+		{"run once past the count finishes", with(hourly, repeat(3), missed(mscheduler.MissedRunOnce)),
+			state(ts(d+"00:00:00"), 1, 0), ts(d + "05:00:30"), done(2)},
+		{"catch up runs up to the count", with(hourly, repeat(3), missed(mscheduler.MissedCatchUp)),
+			state(ts(d+"01:00:00"), 2, 0), ts(d + "09:00:00"), next(ts(d+"02:00:00"), 0)},
+		{"skip next uses up the count", with(hourly, repeat(3)),
+			mscheduler.PlanState{Last: ts(d + "00:00:00"), Runs: 1, SkipNext: 2}, ts(d + "00:00:01"), done(2)},
+	})
+}
+
+func TestPlanUpcoming(t *testing.T) {
+	d := "2026-01-05 "
+	hourly := with(mscheduler.Every(1, mscheduler.Hour), start(ts(d+"00:00:00")))
+	cases := []struct {
+		name string
+		plan mscheduler.Plan
+		st   mscheduler.PlanState
+		now  time.Time
+		n    int
+		want []time.Time
+	}{
+		{"the next four", hourly, mscheduler.PlanState{Last: ts(d + "01:00:00"), Runs: 2}, ts(d + "01:30:00"), 4,
+			[]time.Time{ts(d + "02:00:00"), ts(d + "03:00:00"), ts(d + "04:00:00"), ts(d + "05:00:00")}},
+		{"late: the missed-run policy applies to the first only", hourly, mscheduler.PlanState{Last: ts(d + "01:00:00"), Runs: 2}, ts(d + "03:30:00"), 2,
+			[]time.Time{ts(d + "04:00:00"), ts(d + "05:00:00")}},
+		{"fewer when Repeat ends the plan", with(hourly, repeat(4)), mscheduler.PlanState{Last: ts(d + "01:00:00"), Runs: 2}, ts(d + "01:30:00"), 5,
+			[]time.Time{ts(d + "02:00:00"), ts(d + "03:00:00")}},
+		{"none once finished", with(hourly, repeat(2)), mscheduler.PlanState{Last: ts(d + "01:00:00"), Runs: 2}, ts(d + "01:30:00"), 5, nil},
+	}
+	for _, tc := range cases {
+		got, err := tc.plan.Upcoming(tc.st, tc.now, tc.n)
+		if err != nil || !slices.EqualFunc(got, tc.want, time.Time.Equal) {
+			t.Errorf("%s: Upcoming = %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+	}
+	if _, err := (mscheduler.Plan{Kind: "hourly"}).Upcoming(mscheduler.PlanState{}, time.Now(), 1); !errors.Is(err, mscheduler.ErrInvalid) {
+		t.Errorf("Upcoming of an invalid plan: %v, want ErrInvalid", err)
+	}
 }
 
 func TestPlanNextWindow(t *testing.T) {

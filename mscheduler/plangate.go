@@ -97,12 +97,15 @@ func (s *schedule) firstStart(pl *planDoc, running, succeeded, failedRuns int, n
 
 // resumeStep is what Resume does to the plan's current occurrence: one that
 // has begun is completed; otherwise it is judged as a late first start
-// under MissedSkip.
+// under MissedSkip with no grace: every planned time that came while the
+// task was paused is skipped.
 func (s *schedule) resumeStep(pl *planDoc, running, succeeded, failedRuns int, now time.Time) Step {
 	if pl.Started || running > 0 || succeeded > 0 || failedRuns > 0 {
 		return Step{Next: pl.Planned}
 	}
-	return s.atStart(pl.Planned, pl.Runs+pl.Skipped, 0, now, MissedSkip)
+	strict := *s
+	strict.grace = 0
+	return strict.atStart(pl.Planned, pl.Runs+pl.Skipped, 0, now, MissedSkip)
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -69,8 +69,18 @@ func fence(key, workerID, runID string) bson.D {
 	return bson.D{{Key: fID, Value: key}, {Key: holderPath(workerID, hRun), Value: runID}}
 }
 
-// expiredFence selects a task only while workerID still holds run runID and
-// that run's lease has lapsed at now.
-func expiredFence(key, workerID, runID string, now time.Time) bson.D {
-	return append(fence(key, workerID, runID), bson.E{Key: holderPath(workerID, hLeaseUntil), Value: op("$lt", now)})
+// leaseFence selects a task only while workerID still holds run runID with
+// the lease it had when read: no ping renewed it since.
+func leaseFence(key, workerID, runID string, leaseUntil time.Time) bson.D {
+	return append(fence(key, workerID, runID), bson.E{Key: holderPath(workerID, hLeaseUntil), Value: leaseUntil})
+}
+
+// effectiveLease is when a holder's lease lapses: its lease_until, or, for
+// a run that has not pinged yet (its lease is still the claim's), its
+// start plus the task's worker timeout, whichever comes first.
+func effectiveLease(h holder, workerTimeout time.Duration) time.Time {
+	if workerTimeout > 0 && h.LeaseUntil.Sub(h.Started) == claimLease {
+		return minTime(h.LeaseUntil, h.Started.Add(workerTimeout))
+	}
+	return h.LeaseUntil
 }

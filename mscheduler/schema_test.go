@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -148,4 +149,37 @@ func TestMigrationFromVersion1(t *testing.T) {
 	ev := mschedulertest.NewEvents()
 	startConsumer(t, coll, func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }, fastConfig("w", ev))
 	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
+}
+
+// TestProducerChecksTheSchemaAgain: a producer that checked the schema
+// version at its first publish checks it again once SchemaCheckInterval has
+// passed, so that it refuses a collection a newer worker migrated since,
+// instead of writing the old layout into it for ever.
+func TestProducerChecksTheSchemaAgain(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	meta := metaOf(coll)
+	t.Cleanup(func() { _ = meta.Drop(context.Background()) })
+	clock := &jumpClock{}
+	cfg := clock.producer()
+	cfg.SchemaCheckInterval = time.Minute
+	p := newProducer[int](t, coll, cfg)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "before"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	newer := mscheduler.SchemaVersion + 1
+	if _, err := meta.UpdateOne(ctxT(t), bson.D{{Key: "_id", Value: "schema"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "version", Value: newer}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "within"}, nil); err != nil {
+		t.Fatalf("publish within the interval: %v (the check is cached for it)", err)
+	}
+	clock.set(2 * time.Minute)
+	_, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "after"}, nil)
+	var se *mscheduler.SchemaError
+	if !errors.As(err, &se) || se.Found != newer {
+		t.Fatalf("publish after the interval: %v, want a SchemaError naming version %d", err, newer)
+	}
+	if n := countDocs(t, coll, bson.D{{Key: "_id", Value: "after"}}); n != 0 {
+		t.Fatal("the refused publish wrote its task")
+	}
 }

@@ -48,6 +48,7 @@ type sweptTask struct {
 	NextExpiry    time.Time         `bson:"next_expiry"`
 	Holders       map[string]holder `bson:"holders"`
 	Concurrency   int               `bson:"concurrency"`
+	WorkerTimeout int64             `bson:"worker_timeout_ms"`
 	Plan          bson.Raw          `bson:"plan"` // decoded apart: a broken plan must not stop the sweep
 }
 
@@ -121,8 +122,8 @@ func (c *Consumer[P, R]) sweepUnreadable(ctx context.Context, raw bson.Raw, now 
 		wrote := false
 		for workerID, h := range holders {
 			if h.LeaseUntil.Before(now) {
-				rec := expiredRecord(workerID, h, now, nil)
-				q := &quarantine{key: key, filter: expiredFence(key, workerID, h.Run, now), raw: raw, prob: prob, found: foundAtSweep, holder: workerID, run: &rec}
+				rec := expiredRecord(workerID, h, h.LeaseUntil, now, nil)
+				q := &quarantine{key: key, filter: leaseFence(key, workerID, h.Run, h.LeaseUntil), raw: raw, prob: prob, found: foundAtSweep, holder: workerID, run: &rec}
 				ok, err := c.quarantine(ctx, q)
 				if err != nil {
 					c.loopError(ctx, err)
@@ -157,9 +158,9 @@ func (c *Consumer[P, R]) sweepTask(ctx context.Context, t sweptTask, raw bson.Ra
 	lapsed := 0
 	var earliest time.Time // the earliest lease still valid
 	for workerID, h := range t.Holders {
-		if !h.LeaseUntil.Before(now) {
-			if earliest.IsZero() || h.LeaseUntil.Before(earliest) {
-				earliest = h.LeaseUntil
+		if lease := effectiveLease(h, fromMS(t.WorkerTimeout)); !lease.Before(now) {
+			if earliest.IsZero() || lease.Before(earliest) {
+				earliest = lease
 			}
 			continue
 		}
@@ -177,24 +178,24 @@ func (c *Consumer[P, R]) sweepTask(ctx context.Context, t sweptTask, raw bson.Ra
 	return true, c.repairExpiry(ctx, t, earliest)
 }
 
-func expiredRecord(workerID string, h holder, now time.Time, planned *time.Time) runRecord {
+func expiredRecord(workerID string, h holder, lease, now time.Time, planned *time.Time) runRecord {
 	return runRecord{
-		RunID: h.Run, WorkerID: workerID, Started: h.Started, LeaseUntil: h.LeaseUntil,
+		RunID: h.Run, WorkerID: workerID, Started: h.Started, LeaseUntil: lease,
 		Finished: now, Outcome: OutcomeExpired, Planned: planned,
-		Error: fmt.Sprintf("lease expired at %s: worker stopped pinging", h.LeaseUntil.UTC().Format(time.RFC3339Nano)),
+		Error: fmt.Sprintf("lease expired at %s: worker stopped pinging", lease.UTC().Format(time.RFC3339Nano)),
 	}
 }
 
 // expire records a lapsed run as expired and frees its slot, fenced on the
-// run and on its lease still being lapsed. A task whose run end the server
+// run and on its lease being the lapsed one read (no ping since). A task whose run end the server
 // refuses (a field of the wrong type) has the run ended and is set invalid.
 func (c *Consumer[P, R]) expire(ctx context.Context, t sweptTask, raw bson.Raw, workerID string, h holder, now time.Time) error {
 	plan := t.plan()
 	end := &runEnd{
 		key:           t.Key,
 		workerID:      workerID,
-		fence:         expiredFence(t.Key, workerID, h.Run, now),
-		record:        expiredRecord(workerID, h, now, (&taskDoc{Plan: plan}).planned()),
+		fence:         leaseFence(t.Key, workerID, h.Run, h.LeaseUntil),
+		record:        expiredRecord(workerID, h, effectiveLease(h, fromMS(t.WorkerTimeout)), now, (&taskDoc{Plan: plan}).planned()),
 		maxFailedRuns: t.MaxFailedRuns,
 		seen:          t.State,
 		now:           now,

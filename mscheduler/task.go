@@ -65,6 +65,10 @@ const (
 	MaxKeyBytes = 1024
 	// RetryDelayMax caps the exponential backoff between local retries.
 	RetryDelayMax = 5 * time.Minute
+	// MaxParamsBytes is the largest encoded Params accepted. With the run
+	// records capped (see RunsBudgetBytes), it keeps every task document
+	// below MongoDB's 16 MiB limit.
+	MaxParamsBytes = 8 << 20
 )
 
 // Task is a unit of work: what a producer publishes, and what a handler

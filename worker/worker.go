@@ -187,8 +187,9 @@ func Register[P, R any](w *Worker, collection string, h mscheduler.Handler[P, R]
 // Config.SkipIndexes), starts every consumer, and blocks until ctx is done
 // or SIGINT or SIGTERM arrives. While the server cannot be reached, the
 // start is tried again with backoff (1 s doubling to 30 s), each attempt
-// logged with its error, until it succeeds or the stop comes; errors the
-// server gives on their merits (a newer schema, a refused login) end Run. It then stops the consumers: running
+// logged at WARN with its error, until it succeeds or the stop comes; an
+// answer that retrying cannot change (a collection at a newer schema
+// version, a command the server refuses) ends Run with the error. It then stops the consumers: running
 // handlers get ShutdownTimeout to finish, then are cancelled and their runs
 // released. Once the first signal has been received, a second one kills the
 // process as usual. Run finally disconnects from the server and stops the
@@ -287,14 +288,15 @@ func (w *Worker) startAllRetrying(ctx context.Context, consumers []*consumer) ([
 	}
 }
 
-// unreachable reports an error of a server that did not answer, as opposed
-// to one that answered no.
+// unreachable reports an error of a server that did not answer (the
+// network, a timeout, no server to select), as opposed to an answer that
+// retrying cannot change.
 func unreachable(err error) bool {
-	var se mongo.ServerError
-	if errors.As(err, &se) && !mongo.IsNetworkError(err) && !mongo.IsTimeout(err) {
+	if errors.Is(err, mscheduler.ErrSchema) || errors.Is(err, mscheduler.ErrInvalid) {
 		return false
 	}
-	return mongo.IsNetworkError(err) || mongo.IsTimeout(err) || errors.Is(err, context.DeadlineExceeded)
+	var se mongo.ServerError
+	return !errors.As(err, &se) || mongo.IsNetworkError(err) || mongo.IsTimeout(err)
 }
 
 // startAll ensures the indexes of the collections not indexed yet, then

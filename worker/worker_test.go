@@ -1,13 +1,16 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -493,5 +496,120 @@ func TestAbandonedHandlersAreCounted(t *testing.T) {
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// lineLog is a logger whose lines a test can wait for.
+type lineLog struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	lines chan struct{} // buffered 1: a line was written
+}
+
+func newLineLog() *lineLog { return &lineLog{lines: make(chan struct{}, 1)} }
+
+func (l *lineLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case l.lines <- struct{}{}:
+	default:
+	}
+	return l.buf.Write(p)
+}
+
+func (l *lineLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// waitFor waits until the log holds text.
+func (l *lineLog) waitFor(t *testing.T, text string) {
+	t.Helper()
+	deadline := time.After(waitTimeout)
+	for !strings.Contains(l.String(), text) {
+		select {
+		case <-l.lines:
+		case <-deadline:
+			t.Fatalf("the log never said %q:\n%s", text, l.String())
+		}
+	}
+}
+
+// TestRunWaitsForTheServer: a worker started while its server is down
+// does not exit: Run tries its start again with backoff, saying so in the
+// log, and runs tasks once the server is there.
+func TestRunWaitsForTheServer(t *testing.T) {
+	name := collectionName(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there until the "server" comes up
+	log := newLineLog()
+	w, err := worker.New(context.Background(), worker.Config{
+		URI: "mongodb://" + addr + "/?directConnection=true&serverSelectionTimeoutMS=300", Database: testDatabase,
+		Logger: slog.New(slog.NewJSONHandler(log, nil)),
+	})
+	if err != nil {
+		t.Fatalf("New with the server down: %v", err)
+	}
+	ev := mschedulertest.NewEvents()
+	if err := worker.Register(w, name, add, fastConsumer(ev)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	log.waitFor(t, "server unreachable; trying the start again")
+	log.waitFor(t, `"attempt":2`)
+
+	// The server comes up on the address the worker was given.
+	up, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the port was taken meanwhile: %v", err)
+	}
+	t.Cleanup(func() { up.Close() })
+	go forward(up, serverHost(t))
+	select {
+	case <-w.Ready():
+	case err := <-done:
+		t.Fatalf("Run returned before it started: %v", err)
+	case <-time.After(waitTimeout):
+		t.Fatal("the worker never started once the server was up")
+	}
+	publish(t, name, mscheduler.Task[sum]{Key: "k", Params: sum{A: 1, B: 2}})
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v, want a clean stop", err)
+	}
+}
+
+// serverHost is the host:port of the single-host test server.
+func serverHost(t *testing.T) string {
+	hosts := options.Client().ApplyURI(mschedulertest.URI()).Hosts
+	if len(hosts) != 1 {
+		t.Skipf("the server URI names %d hosts; the test forwards to a single host", len(hosts))
+	}
+	return hosts[0]
+}
+
+// forward relays every connection ln accepts to target.
+func forward(ln net.Listener, target string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		go func() { _, _ = io.Copy(s, c); s.Close() }()
+		go func() { _, _ = io.Copy(c, s); c.Close() }()
 	}
 }

@@ -46,6 +46,53 @@ type taskJSON struct {
 	CreatedAt       time.Time       `json:"created_at"`
 	UpdatedAt       time.Time       `json:"updated_at"`
 	Params          json.RawMessage `json:"params"`
+	// Problem says why the task cannot run as stored; empty for a sound one.
+	Problem string       `json:"problem"`
+	Invalid *invalidJSON `json:"invalid,omitempty"`
+	// Runs are the kept runs, oldest first (show only).
+	Runs []runJSON `json:"runs,omitempty"`
+}
+
+// invalidJSON is why and when a worker set a task invalid.
+type invalidJSON struct {
+	Reason   string    `json:"reason"`
+	Field    string    `json:"field"`
+	Found    string    `json:"found"`
+	At       time.Time `json:"at"`
+	WorkerID string    `json:"worker_id"`
+	Was      string    `json:"was"`
+	Run      *runJSON  `json:"run,omitempty"`
+}
+
+// runJSON is a finished run, with the field names of the task document.
+type runJSON struct {
+	RunID      string          `json:"run_id"`
+	WorkerID   string          `json:"worker_id"`
+	Outcome    string          `json:"outcome"`
+	Started    time.Time       `json:"started"`
+	Finished   time.Time       `json:"finished"`
+	LeaseUntil time.Time       `json:"lease_until"`
+	Planned    time.Time       `json:"planned,omitzero"`
+	Attempts   int             `json:"attempts"`
+	Error      string          `json:"error,omitempty"`
+	Result     json.RawMessage `json:"result,omitempty"`
+}
+
+func newRunJSON(r *mscheduler.RunInfo) runJSON {
+	out := runJSON{RunID: r.RunID, WorkerID: r.WorkerID, Outcome: string(r.Outcome), Started: r.Started.UTC(), Finished: r.Finished.UTC(),
+		LeaseUntil: r.LeaseUntil.UTC(), Planned: r.Planned.UTC(), Attempts: r.Attempts, Error: r.Error}
+	if r.Result.Type != 0 {
+		out.Result = valueJSON(r.Result)
+	}
+	return out
+}
+
+func runsJSON(runs []mscheduler.RunInfo) []runJSON {
+	out := make([]runJSON, len(runs))
+	for i := range runs {
+		out[i] = newRunJSON(&runs[i])
+	}
+	return out
 }
 
 // planJSON is a plan in --json output: its stored definition, a readable
@@ -71,14 +118,12 @@ type planJSON struct {
 	Runs     int       `json:"runs"`
 	Skipped  int       `json:"skipped"`
 	SkipNext int       `json:"skip_next"`
+	// Upcoming are the next planned times as the workers will run them.
+	Upcoming []time.Time `json:"upcoming"`
 }
 
-func newTaskJSON(ti *info) (*taskJSON, error) {
+func newTaskJSON(ti *info) *taskJSON {
 	t := &ti.Task
-	params, err := paramsJSON(t.Params)
-	if err != nil {
-		return nil, fmt.Errorf("task %q: params: %w", t.Key, err)
-	}
 	out := &taskJSON{
 		Key: t.Key, Status: string(ti.Status), Paused: ti.Paused, Priority: t.Priority, RunAt: t.RunAt.UTC(),
 		Concurrency: t.Concurrency, DistinctWorkers: t.DistinctWorkers,
@@ -89,12 +134,19 @@ func newTaskJSON(ti *info) (*taskJSON, error) {
 		TimeoutMS:   t.Timeout.Milliseconds(),
 		Description: t.Description, Source: t.Source, Tags: nonNil(t.Tags),
 		CreatedAt: ti.CreatedAt.UTC(), UpdatedAt: ti.UpdatedAt.UTC(),
-		Params: params,
+		Params: valueJSON(t.Params), Problem: ti.Problem,
 	}
 	if t.Plan != nil {
 		out.Plan = newPlanJSON(t.Plan, ti.Plan)
 	}
-	return out, nil
+	if inv := ti.Invalid; inv != nil {
+		out.Invalid = &invalidJSON{Reason: inv.Reason, Field: inv.Field, Found: inv.Found, At: inv.At.UTC(), WorkerID: inv.WorkerID, Was: inv.Was}
+		if inv.Run != nil {
+			run := newRunJSON(inv.Run)
+			out.Invalid.Run = &run
+		}
+	}
+	return out
 }
 
 func newPlanJSON(p *mscheduler.Plan, st *mscheduler.PlanInfo) *planJSON {
@@ -110,31 +162,37 @@ func newPlanJSON(p *mscheduler.Plan, st *mscheduler.PlanInfo) *planJSON {
 	case mscheduler.PlanMonthly:
 		out.Day, out.Time = new(p.Day), p.Time.String()
 	}
+	out.Upcoming = []time.Time{}
 	if st != nil {
 		out.Planned, out.Runs, out.Skipped, out.SkipNext = st.Planned.UTC(), st.Runs, st.Skipped, st.SkipNext
+		for _, u := range st.Upcoming {
+			out.Upcoming = append(out.Upcoming, u.UTC())
+		}
 	}
 	return out
 }
 
-// paramsJSON renders stored params as relaxed extended JSON: plain JSON for
+// valueJSON renders a stored value as relaxed extended JSON: plain JSON for
 // strings, numbers, documents and arrays, {"$date": ...} and the like for
-// BSON's other types.
-func paramsJSON(v bson.RawValue) (json.RawMessage, error) {
-	if v.Type == 0 { // no params field
-		return json.RawMessage("null"), nil
+// BSON's other types; a value that cannot be rendered, as a JSON string
+// saying so.
+func valueJSON(v bson.RawValue) json.RawMessage {
+	if v.Type == 0 { // no such field
+		return json.RawMessage("null")
 	}
 	// Extended JSON is defined for documents; wrap the value in one.
 	doc, err := bson.MarshalExtJSON(bson.D{{Key: "v", Value: v}}, false, false)
-	if err != nil {
-		return nil, err
-	}
 	var wrapped struct {
 		V json.RawMessage `json:"v"`
 	}
-	if err := json.Unmarshal(doc, &wrapped); err != nil {
-		return nil, err
+	if err == nil {
+		err = json.Unmarshal(doc, &wrapped)
 	}
-	return wrapped.V, nil
+	if err != nil {
+		msg, _ := json.Marshal(fmt.Sprintf("(cannot be shown: %v)", err))
+		return msg
+	}
+	return wrapped.V
 }
 
 // planSpec says when a plan runs, in words: "every 15 minutes",
@@ -205,9 +263,11 @@ func statusText(ti *info) string {
 // nextRunText is when the task may run next. A task that is done has no
 // next run, whatever run_at still says.
 func nextRunText(ti *info) string {
-	switch ti.Status {
-	case mscheduler.StatusSucceeded, mscheduler.StatusFailed, mscheduler.StatusFinished:
+	switch {
+	case ti.Status == mscheduler.StatusSucceeded, ti.Status == mscheduler.StatusFailed, ti.Status == mscheduler.StatusFinished:
 		return "-"
+	case ti.Problem != "":
+		return "never, until repaired"
 	}
 	return timeText(ti.Task.RunAt)
 }

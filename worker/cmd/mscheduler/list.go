@@ -17,7 +17,7 @@ const descriptionWidth = 40
 
 var statuses = []mscheduler.Status{
 	mscheduler.StatusPending, mscheduler.StatusRunning, mscheduler.StatusSucceeded,
-	mscheduler.StatusFailed, mscheduler.StatusFinished,
+	mscheduler.StatusFailed, mscheduler.StatusFinished, mscheduler.StatusInvalid,
 }
 
 func runList(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error {
@@ -66,11 +66,7 @@ func runList(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error
 func printListJSON(c *cli, tasks []info) error {
 	out := make([]*taskJSON, 0, len(tasks))
 	for i := range tasks {
-		t, err := newTaskJSON(&tasks[i])
-		if err != nil {
-			return err
-		}
-		out = append(out, t)
+		out = append(out, newTaskJSON(&tasks[i]))
 	}
 	return writeJSON(c, out)
 }
@@ -94,8 +90,23 @@ func printTable(c *cli, tasks []info, cut bool) error {
 	if cut {
 		summary += " shown; more match: raise --limit"
 	}
-	_, err := fmt.Fprintln(c.stdout, summary)
-	return err
+	if _, err := fmt.Fprintln(c.stdout, summary); err != nil {
+		return err
+	}
+	return printProblems(c, tasks)
+}
+
+// printProblems says, under the table, why each task that cannot run as
+// stored cannot.
+func printProblems(c *cli, tasks []info) error {
+	for i := range tasks {
+		if p := tasks[i].Problem; p != "" {
+			if _, err := fmt.Fprintf(c.stdout, "problem: %s: %s\n", cell(tasks[i].Task.Key), cell(p)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func writeJSON(c *cli, v any) error {
