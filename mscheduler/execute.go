@@ -89,9 +89,11 @@ func (c *Consumer[P, R]) encodeResult(result R) (bson.RawValue, error) {
 	return v, nil
 }
 
-// capError cuts an error text to MaxErrorBytes, on a rune boundary.
-func (c *Consumer[P, R]) capError(text string) string {
-	limit := c.cfg.MaxErrorBytes
+// capError cuts an error text to MaxErrorBytes.
+func (c *Consumer[P, R]) capError(text string) string { return cutText(text, c.cfg.MaxErrorBytes) }
+
+// cutText cuts text to at most limit bytes, on a rune boundary, saying so.
+func cutText(text string, limit int) string {
 	if len(text) <= limit {
 		return text
 	}
@@ -198,9 +200,7 @@ func (c *Consumer[P, R]) endUnwritable(r *activeRun, end *runEnd, cause error) {
 	}
 	rec := end.record
 	rec.Result = bson.RawValue{}
-	if len(rec.Error) > 512 { // the note must fit where the record did not
-		rec.Error = rec.Error[:512] + "…"
-	}
+	rec.Error = cutText(rec.Error, 512) // the note must fit where the record did not
 	q := &quarantine{key: r.key, filter: end.fence, raw: raw, prob: prob, found: foundAtRunEnd, holder: end.workerID, run: &rec}
 	ok, err := c.quarantine(ctx, q)
 	switch {

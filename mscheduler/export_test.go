@@ -35,6 +35,11 @@ func HotQueries(coll string, now time.Time) []HotQuery {
 			bson.D{{Key: "q", Value: bson.D{{Key: fID, Value: key}}}, {Key: "u", Value: bson.D{{Key: "$setOnInsert", Value: bson.D{{Key: fKey, Value: key}}}}}, {Key: "upsert", Value: true}},
 		}}}},
 		{"filter by tag (find)", bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: fTags, Value: "reports"}}}}},
+		{"check for unclaimable documents (find)", bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: unclaimableFilter(now)}, {Key: "limit", Value: checkBatch}}},
+		{"lost claim lookup (find)", bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: fStatus, Value: StatusRunning}, {Key: holderPath(worker, hRun), Value: run}}}}},
+		{"expire (update)", bson.D{{Key: "update", Value: coll}, {Key: "updates", Value: bson.A{
+			bson.D{{Key: "q", Value: leaseFence(key, worker, run, now)}, {Key: "u", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}}}}},
+		}}}},
 	}
 }
 

@@ -75,12 +75,16 @@ func TestSlowRunEndKeepsLease(t *testing.T) {
 	})
 	ev := mschedulertest.NewEvents()
 	counter := newRunCounter()
+	renewed := make(chan struct{})
 	handler := func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
 		defer counter.begin(task.Key)()
+		<-renewed // the lease is the task's own, renewed by pings
 		return 1, nil
 	}
 	startConsumer(t, dbCollection(slow, coll), handler, fastConfig("slow", ev))
 	ev.WaitCount(t, mscheduler.EventClaimed, 1)
+	waitForLeaseRenewal(t, coll, "k", "slow")
+	close(renewed)
 	watch := fastConfig("watching", ev)
 	watch.SweepInterval = 50 * time.Millisecond
 	startConsumer(t, coll, handler, watch)
@@ -111,6 +115,7 @@ func TestSlowShutdownKeepsLease(t *testing.T) {
 		return 0, context.Cause(ctx)
 	}, fastConfig("leaving", ev))
 	ev.WaitCount(t, mscheduler.EventClaimed, 1)
+	waitForLeaseRenewal(t, coll, "k", "leaving")
 	watch := fastConfig("staying", ev)
 	watch.SweepInterval = 50 * time.Millisecond
 	startConsumer(t, coll, func(context.Context, *mscheduler.Task[int]) (int, error) { return 2, nil }, watch)
@@ -331,8 +336,8 @@ func waitLeaseBeyond(t *testing.T, coll *mongo.Collection, key, worker string, a
 }
 
 // TestLapseCancelsHandlerWhateverOtherPingsDo: one worker holds two runs.
-// The pings of one are answered slowly (3 s, within its 5 s lease); the
-// pings of the other are never answered. The second run's handler is
+// Once a ping of one is being answered slowly (3 s, within its 5 s lease),
+// the pings of the other are never answered. The second run's handler is
 // cancelled when its own lease lapses, not when the slow ping returns.
 func TestLapseCancelsHandlerWhateverOtherPingsDo(t *testing.T) {
 	coll := mschedulertest.Collection(t)
@@ -346,24 +351,29 @@ func TestLapseCancelsHandlerWhateverOtherPingsDo(t *testing.T) {
 	}
 	unblock := make(chan struct{})
 	t.Cleanup(func() { close(unblock) })
-	var claimed atomic.Int32
+	var armed, slowStarted atomic.Bool
+	var lastLease atomic.Int64 // of the stalled run, as last sent to the server
 	_, client := newCmdProxy(t, func(name string, body bson.Raw) bool {
 		filter := filterOf(name, body)
-		if _, err := filter.LookupErr("holders.w.run"); err != nil || claimed.Load() < 2 {
+		if _, err := filter.LookupErr("holders.w.run"); err != nil || !armed.Load() {
 			return false // not a ping, or the test is not set yet
 		}
-		switch id, _ := filter.Lookup("_id").StringValueOK(); id {
-		case "slow":
+		switch id, _ := filter.Lookup("_id").StringValueOK(); {
+		case id == "slow":
+			slowStarted.Store(true)
 			time.Sleep(3 * time.Second)
-		case "stalled":
+		case id == "stalled" && slowStarted.Load():
 			<-unblock
+		case id == "stalled":
+			if lease, ok := body.Lookup("update", "$set", "holders.w.lease_until").TimeOK(); ok {
+				lastLease.Store(lease.UnixNano())
+			}
 		}
 		return false
 	})
 	ev := mschedulertest.NewEvents()
 	cancelled := make(chan time.Time, 1)
 	startConsumer(t, dbCollection(client, coll), func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
-		claimed.Add(1)
 		<-ctx.Done()
 		if task.Key == "stalled" {
 			cancelled <- time.Now()
@@ -371,10 +381,13 @@ func TestLapseCancelsHandlerWhateverOtherPingsDo(t *testing.T) {
 		return 0, context.Cause(ctx)
 	}, fastConfig("w", ev))
 	ev.WaitCount(t, mscheduler.EventClaimed, 2)
-	lease := leaseUntil(t, coll, "stalled", "w")
+	waitForLeaseRenewal(t, coll, "stalled", "w")
+	waitForLeaseRenewal(t, coll, "slow", "w")
+	armed.Store(true)
 	at := waitTime(t, cancelled, "the stalled run's handler was never cancelled")
-	if late := at.Sub(lease); late > 500*time.Millisecond {
-		t.Fatalf("handler cancelled %s after its lease lapsed, want at the lapse", late)
+	lease := time.Unix(0, lastLease.Load())
+	if lastLease.Load() == 0 || at.Sub(lease) > 500*time.Millisecond {
+		t.Fatalf("handler cancelled %s after its lease (%s) lapsed, want at the lapse", at.Sub(lease), lease)
 	}
 }
 
@@ -447,12 +460,12 @@ func TestLostClaimReplyIsFound(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dropped atomic.Bool
-	_, client := newCmdProxy(t, func(name string, body bson.Raw) bool {
-		if _, err := filterOf(name, body).LookupErr("free"); err == nil { // a claim
-			return dropped.CompareAndSwap(false, true)
-		}
-		return false
-	})
+	proxy, client := newCmdProxy(t, nil)
+	proxy.dropIf = func(name string, body, reply bson.Raw) bool {
+		_, claim := filterOf(name, body).LookupErr("free")
+		_, applied := reply.Lookup("value").DocumentOK()
+		return claim == nil && applied && dropped.CompareAndSwap(false, true)
+	}
 	ev := mschedulertest.NewEvents()
 	startConsumer(t, dbCollection(client, coll), func(context.Context, *mscheduler.Task[int]) (int, error) { return 1, nil }, fastConfig("w", ev))
 	waitStatus(t, ev, coll, "k", "succeeded")

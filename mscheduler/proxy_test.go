@@ -25,6 +25,9 @@ type cmdProxy struct {
 	// hook is called with each command (its name and body) before it is
 	// forwarded; it may block. It returns true to drop the reply.
 	hook func(name string, body bson.Raw) (dropReply bool)
+	// dropIf, when set before the client is used, is called with each
+	// command and its reply; it returns true to drop the reply.
+	dropIf func(name string, body, reply bson.Raw) bool
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -78,7 +81,8 @@ func (p *cmdProxy) serve(c, s net.Conn) {
 			return
 		}
 		drop := false
-		if name, body, ok := commandOf(req); ok && p.hook != nil {
+		name, body, isCmd := commandOf(req)
+		if isCmd && p.hook != nil {
 			drop = p.hook(name, body)
 		}
 		if _, err := s.Write(req); err != nil {
@@ -89,6 +93,9 @@ func (p *cmdProxy) serve(c, s net.Conn) {
 		}
 		reply, err := readMessage(s)
 		if err != nil || drop {
+			return
+		}
+		if _, replyBody, ok := commandOf(reply); ok && isCmd && p.dropIf != nil && p.dropIf(name, body, replyBody) {
 			return
 		}
 		if _, err := c.Write(reply); err != nil {

@@ -11,10 +11,10 @@
 // (1-3 s, pinged every 250 ms, leased for 2.5 s); ones that fail their first
 // attempt and succeed on a local retry; ones that always fail (they must end
 // failed after MaxFailedRuns); ones with Concurrency 2, half of them with
-// DistinctWorkers; and recurring ones (every second, 8-10 runs, priority 1 so
-// that the backlog does not hold back their planned times). Tasks expected to
-// succeed allow 20 failed runs, as every worker kill and the server outage
-// count against them. Due times are spread over a window, so that the faults
+// DistinctWorkers; and recurring ones (every second, 8-10 planned times,
+// priority 1 so that the backlog does not hold back their planned times).
+// Tasks expected to succeed allow 20 failed runs, as every worker kill and
+// the server outage count against them. Due times are spread over a window, so that the faults
 // hit a working system.
 //
 // Four worker processes claim them. Each is the test binary run again,
@@ -39,10 +39,10 @@
 // handler logs:
 //
 //  1. every task is in its expected final state: succeeded, failed for the
-//     always-failing ones, finished with plan.runs == Repeat for the recurring
-//     ones;
+//     always-failing ones, finished with plan.runs + plan.skipped == Repeat
+//     for the recurring ones (Repeat counts planned times, run or skipped);
 //  2. each task's succeeded counter and its succeeded run records both equal
-//     its concurrency (Repeat × concurrency records for a plan), with
+//     its concurrency (plan.runs × concurrency records for a plan), with
 //     distinct workers where asked and done_by to match; always-failing tasks
 //     have exactly MaxFailedRuns failed or expired runs; a retried run
 //     succeeded on its second attempt;

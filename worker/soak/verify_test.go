@@ -284,8 +284,9 @@ func (v *verifier) checkFinalStates() {
 		if d.Status != want {
 			v.fail(check, "task %s is %s, want %s (runs %s)", key, d.Status, want, outcomes(d.Runs))
 		}
-		if s.kind == kindRecurring && (d.Plan == nil || d.Plan.Runs != s.repeat) {
-			v.fail(check, "recurring task %s: plan %+v, want runs == repeat == %d", key, d.Plan, s.repeat)
+		// Repeat counts planned times: each one ran or was skipped.
+		if s.kind == kindRecurring && (d.Plan == nil || d.Plan.Runs+d.Plan.Skipped != s.repeat) {
+			v.fail(check, "recurring task %s: plan %+v, want runs + skipped == repeat == %d", key, d.Plan, s.repeat)
 		}
 		if d.Params.Kind != s.kind || d.Concurrency != s.concurrency || d.DistinctWorkers != s.distinct || d.MaxFailedRuns != s.maxFailed {
 			v.fail(check, "task %s: stored options %+v do not match what was published", key, d)
@@ -326,7 +327,10 @@ func (v *verifier) checkSucceeded() {
 				v.fail(check, "always-failing task %s: failed_runs %d, failed+expired records %d, want both %d", key, d.FailedRuns, len(failed)+len(expired), s.maxFailed)
 			}
 		case kindRecurring:
-			wantRecords = s.repeat * s.concurrency // the counter is the last occurrence's
+			wantRecords = s.concurrency // the counter is the last occurrence's
+			if d.Plan != nil {
+				wantRecords = d.Plan.Runs * s.concurrency
+			}
 		}
 		if d.Succeeded != wantCounter || len(succeeded) != wantRecords {
 			v.fail(check, "task %s: succeeded counter %d, succeeded records %d; want %d and %d (runs %s)", key, d.Succeeded, len(succeeded), wantCounter, wantRecords, outcomes(d.Runs))
@@ -398,8 +402,8 @@ func (v *verifier) checkPlannedOnce() int {
 				v.fail(check, "task %s: planned time %s succeeded %d times (records)", key, time.UnixMilli(p).UTC(), n)
 			}
 		}
-		if len(byPlanned) != s.repeat {
-			v.fail(check, "task %s: %d planned times succeeded, want %d", key, len(byPlanned), s.repeat)
+		if d.Plan != nil && len(byPlanned) != d.Plan.Runs {
+			v.fail(check, "task %s: %d planned times succeeded, want plan.runs %d", key, len(byPlanned), d.Plan.Runs)
 		}
 		logged := map[int64][]string{}
 		for _, r := range v.runs {

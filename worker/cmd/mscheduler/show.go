@@ -113,11 +113,11 @@ func printTask(c *cli, ti *info, t *taskJSON, full bool) error {
 // printRuns lists the most recent runs, newest last.
 func printRuns(c *cli, runs []runJSON, full bool) error {
 	if len(runs) == 0 {
-		_, err := fmt.Fprintln(c.stdout, "runs:            none yet")
+		_, err := fmt.Fprintln(c.stdout, "recent runs:     none yet")
 		return err
 	}
 	shown := runs[max(len(runs)-showRuns, 0):]
-	fmt.Fprintf(c.stdout, "runs:            %d most recent of %d kept\n", len(shown), len(runs))
+	fmt.Fprintf(c.stdout, "recent runs:     %d most recent of %d kept\n", len(shown), len(runs))
 	w := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "  FINISHED\tOUTCOME\tWORKER\tATTEMPTS\tTOOK\tRESULT OR ERROR")
 	for _, r := range shown {
