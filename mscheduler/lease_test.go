@@ -51,6 +51,19 @@ func (c *runCounter) counts(key string) (calls, most int) {
 	return c.calls[key], c.maxOver[key]
 }
 
+// holdUntil is a handler that returns 1 once release is closed, or the
+// cause of its context's end.
+func holdUntil(release <-chan struct{}) mscheduler.Handler[int, int] {
+	return func(ctx context.Context, _ *mscheduler.Task[int]) (int, error) {
+		select {
+		case <-release:
+			return 1, nil
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		}
+	}
+}
+
 // dbCollection is coll as seen through another client (no drop at the end:
 // the test's own collection is dropped once).
 func dbCollection(client *mongo.Client, coll *mongo.Collection) *mongo.Collection {
@@ -260,14 +273,7 @@ func TestUnrenewablePingSettingsAreIgnored(t *testing.T) {
 
 	ev := mschedulertest.NewEvents()
 	release := make(chan struct{})
-	startConsumer(t, coll, func(ctx context.Context, _ *mscheduler.Task[int]) (int, error) {
-		select {
-		case <-release:
-			return 1, nil
-		case <-ctx.Done():
-			return 0, context.Cause(ctx)
-		}
-	}, fastConfig("w", ev))
+	startConsumer(t, coll, holdUntil(release), fastConfig("w", ev))
 	ev.WaitCount(t, mscheduler.EventClaimed, 1)
 	watch := fastConfig("watching", ev)
 	watch.SweepInterval = 50 * time.Millisecond
@@ -430,14 +436,7 @@ func TestPingRaceIsNotALostLease(t *testing.T) {
 	})
 	ev := mschedulertest.NewEvents()
 	release := make(chan struct{})
-	startConsumer(t, dbCollection(client, coll), func(ctx context.Context, _ *mscheduler.Task[int]) (int, error) {
-		select {
-		case <-release:
-			return 1, nil
-		case <-ctx.Done():
-			return 0, context.Cause(ctx)
-		}
-	}, fastConfig("w", ev))
+	startConsumer(t, dbCollection(client, coll), holdUntil(release), fastConfig("w", ev))
 	ev.WaitCount(t, mscheduler.EventClaimed, 1)
 	step.Store(1)
 	waitSignal(t, played, "the race was never played")

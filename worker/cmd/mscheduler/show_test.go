@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"regexp"
+	"strings"
 	"testing"
+	"time"
 )
 
 // wantLines fails the test unless every "name: value" line is in out,
@@ -62,7 +64,12 @@ func TestShowPlan(t *testing.T) {
 		"plan policies": "missed skip, overrun as missed, grace 5s",
 		"plan planned":  timeText(lib.Plan.Planned),
 		"plan runs":     "0 runs, 0 skipped, 0 to skip next",
+		"plan next": strings.Join([]string{timeText(lib.Plan.Upcoming[0]), timeText(lib.Plan.Upcoming[1]), timeText(lib.Plan.Upcoming[2]),
+			timeText(lib.Plan.Upcoming[3]), timeText(lib.Plan.Upcoming[4])}, ", "),
 	})
+	if !lib.Plan.Upcoming[0].Equal(lib.Plan.Planned) || !lib.Plan.Upcoming[1].Equal(lib.Plan.Planned.Add(time.Hour)) {
+		t.Errorf("upcoming %v, want the planned time, then hourly", lib.Plan.Upcoming)
+	}
 }
 
 func TestShowJSON(t *testing.T) {
