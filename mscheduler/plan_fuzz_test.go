@@ -176,7 +176,7 @@ func FuzzPlanNext(f *testing.F) {
 			return
 		}
 
-		st := mscheduler.PlanState{Runs: mod(runs, 5), SkipNext: mod(skipNext, 4)}
+		st := mscheduler.PlanState{Runs: mod(runs, 5), Skipped: mod(runs/5, 3), SkipNext: mod(skipNext, 4)}
 		if set&setLast != 0 {
 			st.Last = offset(base, lastOff)
 			if set&setStarted != 0 {
@@ -210,7 +210,7 @@ func FuzzPlanNext(f *testing.F) {
 		cur, now := st, now1
 		prev := s1
 		for i := 0; i < 20 && !prev.Done; i++ {
-			cur = mscheduler.PlanState{Last: prev.Next, Runs: cur.Runs + 1}
+			cur = mscheduler.PlanState{Last: prev.Next, Runs: cur.Runs + 1, Skipped: cur.Skipped + prev.Skipped}
 			if prev.Next.After(now) {
 				now = prev.Next
 			}
@@ -232,6 +232,10 @@ func checkStep(t *testing.T, p mscheduler.Plan, st mscheduler.PlanState, now tim
 	}
 	if s.Skipped < 0 {
 		fail("negative Skipped")
+	}
+	// Repeat counts planned times: none beyond it is run or skipped.
+	if limit := max(p.Repeat, 1); p.Repeat >= 0 && st.Runs+st.Skipped+s.Skipped > max(limit, st.Runs+st.Skipped) {
+		fail("more planned times used than Repeat allows")
 	}
 	if s.Done {
 		if !s.Next.IsZero() {
@@ -275,8 +279,8 @@ func checkStep(t *testing.T, p mscheduler.Plan, st mscheduler.PlanState, now tim
 	if !p.End.IsZero() && s.Next.After(p.End) {
 		fail("Next after End")
 	}
-	if p.Repeat >= 0 && st.Runs >= max(p.Repeat, 1) {
-		fail("Next after the last allowed run")
+	if p.Repeat >= 0 && st.Runs+st.Skipped+s.Skipped >= max(p.Repeat, 1) {
+		fail("Next beyond the last allowed planned time")
 	}
 	if !s.Next.Truncate(time.Millisecond).Equal(s.Next) {
 		fail("Next not a whole millisecond")
