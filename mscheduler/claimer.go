@@ -42,6 +42,7 @@ func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
 	for {
 		c.sweepIfDue(ctx, st)
 		c.checkIfDue(ctx, st)
+		c.maintainIfDue(ctx, st)
 		c.claimAvailable(ctx, st)
 		wait := c.untilNextWake(st)
 		timer.Reset(wait)
@@ -62,8 +63,12 @@ type claimState struct {
 	pollAt  time.Time
 	sweepAt time.Time
 	checkAt time.Time
-	leases  leaseHint
-	peeked  bool // the timeout of the first claim's task was looked up
+	// maintainAt is the next try at the maintenance lease; ttl says the
+	// server deletes expired documents itself, once ttlKnown.
+	maintainAt    time.Time
+	ttl, ttlKnown bool
+	leases        leaseHint
+	peeked        bool // the timeout of the first claim's task was looked up
 	// unconfirmed are claims whose reply was lost: the server may have
 	// applied them. Each is looked for until found (and released) or gone.
 	unconfirmed []string
@@ -87,9 +92,7 @@ func (c *Consumer[P, R]) untilNextWake(st *claimState) time.Duration {
 	if st.sweepAt.Before(next) {
 		next = st.sweepAt
 	}
-	if st.checkAt.Before(next) {
-		next = st.checkAt
-	}
+	next = minTime(next, st.checkAt, st.maintainAt)
 	if d, ok := st.due.peek(); ok && d.Before(next) {
 		next = d
 	}

@@ -114,9 +114,19 @@ type ConsumerConfig struct {
 	// MaxErrorBytes caps the error text stored with a run; a longer one is
 	// cut, saying so. Defaults to [MaxErrorBytesDefault].
 	MaxErrorBytes int
+	// Retention is how long the tasks this consumer's run ends finish, and
+	// their run records, are kept; set it as the producers' Retention.
+	// Zero fields take defaults.
+	Retention Retention
 	// resultCapDerived says MaxResultBytes was derived from RunsKept.
 	resultCapDerived bool
 
+	// MaintenanceInterval is how often the consumer tries to take the
+	// collection's maintenance lease; the one worker holding it deletes
+	// tasks and run records past their retention (on a server without TTL
+	// indexes) and writes run history records left unwritten. Defaults to
+	// [MaintenanceIntervalDefault].
+	MaintenanceInterval time.Duration
 	// CheckInterval is how often the consumer looks for task documents that
 	// no claim can match (a missing or unknown status, a run_at that is not
 	// a date, a missing counter, ...), as hand edits leave them, and sets
@@ -182,6 +192,8 @@ func (c *ConsumerConfig) withDefaults() *ConsumerConfig {
 		out.resultCapDerived = true
 	}
 	out.CheckInterval = cmp.Or(out.CheckInterval, CheckIntervalDefault)
+	out.MaintenanceInterval = cmp.Or(out.MaintenanceInterval, MaintenanceIntervalDefault)
+	out.Retention = out.Retention.withDefaults()
 	out.ClockSyncInterval = cmp.Or(out.ClockSyncInterval, ClockSyncIntervalDefault)
 	if out.WriteConcern == nil {
 		out.WriteConcern = writeconcern.Majority()
@@ -227,8 +239,12 @@ func (c *ConsumerConfig) validate() error {
 		return invalid("RunsKept", "must be at least 1, got %d", c.RunsKept)
 	case c.MaxErrorBytes < 64:
 		return invalid("MaxErrorBytes", "must be at least 64, got %d", c.MaxErrorBytes)
+	case c.MaintenanceInterval < 0:
+		return invalid("MaintenanceInterval", "must not be negative, got %s", c.MaintenanceInterval)
 	case c.CheckInterval < 0:
 		return invalid("CheckInterval", "must not be negative, got %s", c.CheckInterval)
+	case c.Retention.validate("Retention.") != nil:
+		return c.Retention.validate("Retention.")
 	case c.MaxResultBytes < 0 || int64(c.RunsKept)*int64(c.MaxResultBytes+c.MaxErrorBytes+runRecordBytes) > RunsBudgetBytes:
 		field := "MaxResultBytes"
 		if c.resultCapDerived {
@@ -252,7 +268,12 @@ type Consumer[P, R any] struct {
 	slots   *semaphore.Weighted // one unit per run, from its claim until its end is written
 	running sync.WaitGroup      // run goroutines
 	pinger  *pinger
+	history *historian
 	wakeCh  chan struct{} // buffered 1: something may have become claimable
+
+	// leader says this consumer held the maintenance lease at its last
+	// try; written by the claim loop, read by anyone.
+	leader atomic.Bool
 
 	// abandoned counts handler goroutines given up on and still running:
 	// raised by the run that abandons one, lowered by the goroutine itself.
@@ -270,7 +291,8 @@ type Consumer[P, R any] struct {
 	pingCancel  context.CancelFunc
 	endCtx      context.Context
 	endCancel   context.CancelFunc
-	loops       sync.WaitGroup // claim loop, watcher, pinger
+	histCancel  context.CancelFunc // stops the historian, after the last run end
+	loops       sync.WaitGroup     // claim loop, watcher, pinger
 
 	lifeMu  sync.Mutex // guards started, stopped and unsubscribe
 	started bool
@@ -307,6 +329,10 @@ func NewConsumer[P, R any](coll *mongo.Collection, handler Handler[P, R], cfg *C
 		wakeCh:  make(chan struct{}, 1),
 	}
 	con.pinger = newPinger(con.coll, c.WorkerID, c.Groups, con.clock, con.emit, con.log, &con.caps)
+	con.history = newHistorian(con.coll, c.Retention, c.WriteTimeout, con.log, func(err error) {
+		con.log.Warn("run history not written yet; the maintenance pass will", "error", err)
+		con.emit(Event{Kind: EventError, Err: err})
+	})
 	return con, nil
 }
 
@@ -349,10 +375,13 @@ func (c *Consumer[P, R]) Start(ctx context.Context) error {
 		c.endCancel()
 		return err
 	}
+	histCtx, histCancel := context.WithCancel(context.Background())
+	c.histCancel = histCancel
 	c.started = true
-	c.unsubscribe = localWakes.subscribe(namespaceOf(c.coll), c.wakeCh)
-	c.loops.Add(2)
+	c.unsubscribe = local.addConsumer(namespaceOf(c.coll), &localConsumer{wake: c.wakeCh, cancel: c.cancelRuns})
+	c.loops.Add(3)
 	go func() { defer c.loops.Done(); c.pinger.loop(c.pingCtx) }()
+	go func() { defer c.loops.Done(); c.history.loop(histCtx) }()
 	go func() { defer c.loops.Done(); c.claimLoop(c.fetchCtx) }()
 	if stream != nil {
 		c.loops.Add(1)
@@ -397,6 +426,7 @@ func (c *Consumer[P, R]) stop(ctx context.Context) error {
 	c.endCancel()
 	c.workCancel(ErrShutdown)
 	c.pingCancel()
+	c.histCancel()
 	c.loops.Wait()
 	return nil
 }
@@ -411,6 +441,16 @@ func (c *Consumer[P, R]) awaitRuns(limit time.Duration) {
 	case <-done:
 	case <-time.After(limit):
 		c.log.Warn("stopping with run ends still being written; their leases will lapse", "waited", limit)
+	}
+}
+
+// cancelRuns cancels this consumer's runs of the task key (it was
+// cancelled); their ends are recorded as cancelled.
+func (c *Consumer[P, R]) cancelRuns(key string) {
+	for _, r := range c.pinger.snapshot() {
+		if r.key == key {
+			cancelRun(r)
+		}
 	}
 }
 

@@ -41,7 +41,7 @@ func (p *Producer[P]) Resume(ctx context.Context, key string) error {
 		if !doc.Paused {
 			return nil, nil
 		}
-		update, err := resumeUpdate(doc, now)
+		update, err := resumeUpdate(doc, now, p.cfg.Retention)
 		if err != nil {
 			return nil, fmt.Errorf("mscheduler: resume %q: %w", key, err)
 		}
@@ -58,35 +58,64 @@ const rewriteTries = 5
 // task. A nil write means there is nothing to do; an error from build is
 // returned as it is, and nothing is written.
 func (p *Producer[P]) rewrite(ctx context.Context, key, verb string, build func(doc *taskDoc, now time.Time) (bson.D, error)) error {
-	if err := p.clock.ensure(ctx, p.coll.Database()); err != nil {
-		return err
-	}
-	if err := p.checkSchema(ctx); err != nil {
-		return err
-	}
 	for try := 0; try < rewriteTries; try++ {
-		var doc taskDoc
-		err := p.coll.FindOne(ctx, bson.D{{Key: fID, Value: key}}, options.FindOne().SetProjection(bson.D{{Key: fRuns, Value: 0}, {Key: fParams, Value: 0}})).Decode(&doc)
-		if errors.Is(err, mongo.ErrNoDocuments) {
-			return fmt.Errorf("mscheduler: %s %q: %w", verb, key, ErrNotFound)
-		}
+		doc, err := p.read(ctx, key, verb)
 		if err != nil {
-			return fmt.Errorf("mscheduler: %s %q: %w", verb, key, err)
+			return err
 		}
-		update, err := build(&doc, p.clock.Now())
+		update, err := build(doc, p.clock.Now())
 		if err != nil || update == nil {
 			return err
 		}
-		res, err := p.coll.UpdateOne(ctx, bson.D{{Key: fID, Value: key}, {Key: fRev, Value: doc.Rev}}, update)
+		res, err := p.coll.UpdateOne(ctx, bson.D{{Key: fID, Value: key}, revFence(doc.Rev)}, update)
 		if err != nil {
 			return fmt.Errorf("mscheduler: %s %q: %w", verb, key, err)
 		}
 		if res.MatchedCount > 0 {
-			localWakes.notify(namespaceOf(p.coll))
+			local.wake(namespaceOf(p.coll))
 			return nil
 		}
 	}
 	return fmt.Errorf("mscheduler: %s %q: the task kept changing; try again", verb, key)
+}
+
+// revFence matches a task still at rev; 0 also matches a document added
+// by hand without one.
+func revFence(rev int64) bson.E {
+	if rev == 0 {
+		return bson.E{Key: fRev, Value: op("$in", bson.A{0, nil})}
+	}
+	return bson.E{Key: fRev, Value: rev}
+}
+
+// read reads the task for an edit (without its params and runs); a
+// document that does not decode is reported with the field at fault.
+func (p *Producer[P]) read(ctx context.Context, key, verb string) (*taskDoc, error) {
+	if err := p.clock.ensure(ctx, p.coll.Database()); err != nil {
+		return nil, err
+	}
+	if err := p.checkSchema(ctx); err != nil {
+		return nil, err
+	}
+	raw, err := p.coll.FindOne(ctx, bson.D{{Key: fID, Value: key}}, options.FindOne().SetProjection(bson.D{{Key: fRuns, Value: 0}, {Key: fParams, Value: 0}})).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, fmt.Errorf("mscheduler: %s %q: %w", verb, key, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mscheduler: %s %q: %w", verb, key, err)
+	}
+	var doc taskDoc
+	if err := bson.Unmarshal(raw, &doc); err != nil {
+		prob := inspect(raw)
+		if prob == nil {
+			prob = &problem{field: "(document)", reason: err.Error()}
+		}
+		return nil, fmt.Errorf("mscheduler: %s %q: the document cannot be read: %w", verb, key, prob)
+	}
+	if doc.Key == "" {
+		doc.Key = key
+	}
+	return &doc, nil
 }
 
 // resumeUpdate unpauses the task and, for a plan whose current planned time
@@ -94,7 +123,7 @@ func (p *Producer[P]) rewrite(ctx context.Context, key, verb string, build func(
 // under MissedSkip with no grace would: to the first planned time after
 // now, the others skipped (none left: the plan finishes). Pending skips are
 // left for the claim to apply.
-func resumeUpdate(doc *taskDoc, now time.Time) (bson.D, error) {
+func resumeUpdate(doc *taskDoc, now time.Time, retention Retention) (bson.D, error) {
 	set := bson.D{{Key: fUpdatedAt, Value: now}}
 	inc := bson.D{{Key: fRev, Value: 1}}
 	if pl := doc.Plan; pl != nil && doc.Status == StatusPending {
@@ -106,6 +135,9 @@ func resumeUpdate(doc *taskDoc, now time.Time) (bson.D, error) {
 		switch {
 		case step.Done:
 			set = append(set, bson.E{Key: fStatus, Value: StatusFinished}, bson.E{Key: fFree, Value: 0})
+			if exp := retention.taskExpiry(StatusFinished, now); exp != nil {
+				set = append(set, bson.E{Key: fExpireAt, Value: *exp})
+			}
 			inc = append(inc, bson.E{Key: pSkipped, Value: step.Skipped})
 		case !step.Next.Equal(pl.Planned):
 			set = append(set, bson.E{Key: fRunAt, Value: step.Next}, bson.E{Key: pPlanned, Value: step.Next}, bson.E{Key: pScheduled, Value: now})

@@ -84,6 +84,7 @@ type taskDoc struct {
 	Plan            *planDoc          `bson:"plan,omitempty"`
 	Paused          bool              `bson:"paused,omitempty"`
 	Invalid         *invalidNote      `bson:"invalid,omitempty"`
+	ExpireAt        *time.Time        `bson:"expire_at,omitempty"` // a finished task's end of retention
 	// runs, the finished runs, is only ever appended to ($push) and read
 	// apart: a hand edit of an old run record must not stop the task.
 }

@@ -21,6 +21,10 @@ var (
 	// task's worker_ids or group changed so that this worker may no longer
 	// run it; the run is recorded as revoked.
 	ErrRevoked = errors.New("mscheduler: run revoked: this worker is no longer allowed to run the task")
+	// ErrCancelled is the cause of a handler's context cancellation when
+	// its task was cancelled (Producer.Cancel); the run is recorded as
+	// cancelled.
+	ErrCancelled = errors.New("mscheduler: task cancelled")
 	// ErrTimeout is matched by the error of a handler attempt that ran past
 	// the task's Timeout; the error says "handler timed out after ...".
 	ErrTimeout = errors.New("mscheduler: handler timed out")
@@ -69,3 +73,23 @@ func isSkipRetry(err error) bool {
 	var s *skipRetryError
 	return errors.As(err, &s)
 }
+
+// ErrNotApplicable is matched (with errors.Is) by every *ActionError.
+var ErrNotApplicable = errors.New("mscheduler: action does not apply")
+
+// ActionError reports an action that does not apply to the task as it
+// stands (a retry of a pending task, a delete of a running one); nothing
+// was written.
+type ActionError struct {
+	Action string
+	Key    string
+	Status Status // the task's status when it was read
+	Reason string
+}
+
+func (e *ActionError) Error() string {
+	return fmt.Sprintf("mscheduler: %s %q: %s", e.Action, e.Key, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrNotApplicable) true for every *ActionError.
+func (e *ActionError) Is(target error) bool { return target == ErrNotApplicable }

@@ -25,6 +25,9 @@ const (
 	// EventRevoked: a run was cancelled because its task no longer allows
 	// this worker, and recorded as revoked.
 	EventRevoked EventKind = "revoked"
+	// EventCancelled: a run was cancelled because its task was cancelled,
+	// and recorded as cancelled.
+	EventCancelled EventKind = "cancelled"
 	// EventAbandoned: a handler ignored its cancelled context for longer than
 	// TimeoutGrace; its run was failed and its goroutine left behind (see
 	// Consumer.Abandoned).

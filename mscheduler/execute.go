@@ -69,6 +69,9 @@ func (c *Consumer[P, R]) execute(ctx context.Context, r *activeRun, task *Task[P
 	case errors.Is(context.Cause(ctx), ErrRevoked):
 		end.record.Outcome = OutcomeRevoked
 		end.record.Error = ErrRevoked.Error()
+	case errors.Is(context.Cause(ctx), ErrCancelled):
+		end.record.Outcome = OutcomeCancelled
+		end.record.Error = ErrCancelled.Error()
 	default:
 		end.record.Outcome = OutcomeFailed
 		end.record.Error = c.capError(err.Error())
@@ -120,6 +123,7 @@ func (c *Consumer[P, R]) newRunEnd(r *activeRun, attempts int) *runEnd {
 		retryAt:       now.Add(backoff(fromMS(doc.RetryDelayMS), doc.FailedRuns+1)),
 		now:           now,
 		runsKept:      c.cfg.RunsKept,
+		retention:     c.cfg.Retention,
 		seen:          taskState{Status: doc.Status, Running: doc.Running, Free: doc.Free, FailedRuns: doc.FailedRuns},
 		advance:       newPlanAdvance(doc, r.started, now),
 	}
@@ -154,6 +158,8 @@ func (c *Consumer[P, R]) writeEnd(r *activeRun, end *runEnd) {
 	ev := Event{Key: r.key, RunID: r.runID, Attempt: end.record.Attempts, Planned: ptrTime(end.record.Planned)}
 	switch {
 	case err == nil:
+		c.history.add(r.key, end.record)
+		local.ended(namespaceOf(c.coll), r.key)
 		c.reportEnd(r, end, ev)
 		return
 	case errors.Is(err, errRunGone):
@@ -175,6 +181,7 @@ const endRetryDelay = 100 * time.Millisecond
 func (c *Consumer[P, R]) reportEnd(r *activeRun, end *runEnd, ev Event) {
 	ev.Kind = map[Outcome]EventKind{
 		OutcomeSucceeded: EventSucceeded, OutcomeFailed: EventFailed, OutcomeReleased: EventReleased, OutcomeRevoked: EventRevoked,
+		OutcomeCancelled: EventCancelled,
 	}[end.record.Outcome]
 	if end.record.Error != "" {
 		ev.Err = errors.New(end.record.Error)
@@ -203,6 +210,10 @@ func (c *Consumer[P, R]) endUnwritable(r *activeRun, end *runEnd, cause error) {
 	rec.Error = cutText(rec.Error, 512) // the note must fit where the record did not
 	q := &quarantine{key: r.key, filter: end.fence, raw: raw, prob: prob, found: foundAtRunEnd, holder: end.workerID, run: &rec}
 	ok, err := c.quarantine(ctx, q)
+	if ok {
+		c.history.add(r.key, rec)
+		local.ended(namespaceOf(c.coll), r.key)
+	}
 	switch {
 	case err != nil:
 		c.log.Error("run end refused, and so was setting the task invalid; its lease will lapse", "key", r.key, "run_id", r.runID, "refused", cause, "error", err)

@@ -2,6 +2,7 @@ package mscheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -23,7 +24,28 @@ func indexModels() []mongo.IndexModel {
 		{Keys: bson.D{{Key: fNextExpiry, Value: 1}}, Options: options.Index().SetName("next_expiry")},
 		// Filtering by tag.
 		{Keys: bson.D{{Key: fTags, Value: 1}}, Options: options.Index().SetName("tags")},
+		// The maintenance pass: tasks whose history records are not all written.
+		{Keys: bson.D{{Key: fUnlogged, Value: 1}}, Options: options.Index().SetName("unlogged")},
 	}
+}
+
+// expireIndex deletes finished tasks and run records at their expire_at,
+// where the server has TTL indexes; without them it serves the maintenance
+// pass that deletes them.
+const expireIndex = "expire"
+
+// ensureExpireIndex creates the expire_at index of coll as a TTL index, or
+// as a plain one on a server without TTL indexes (the development server
+// refuses the option). It reports whether the server deletes by itself.
+func ensureExpireIndex(ctx context.Context, coll *mongo.Collection) (ttl bool, err error) {
+	keys := bson.D{{Key: fExpireAt, Value: 1}}
+	_, err = coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: options.Index().SetName(expireIndex).SetExpireAfterSeconds(0)})
+	var se mongo.ServerError
+	if errors.As(err, &se) && se.HasErrorCode(codeNotImplemented) {
+		_, err = coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: options.Index().SetName(expireIndex)})
+		return false, err
+	}
+	return err == nil, err
 }
 
 // EnsureIndexes checks the collection's schema version, migrates a
@@ -38,9 +60,18 @@ func EnsureIndexes(ctx context.Context, coll *mongo.Collection) error {
 	if err := ensureSchema(ctx, coll); err != nil {
 		return err
 	}
-	for _, m := range indexModels() {
-		if _, err := coll.Indexes().CreateOne(ctx, m); err != nil {
-			return fmt.Errorf("mscheduler: create indexes on %s: %w", coll.Name(), err)
+	history := historyCollection(coll)
+	for _, c := range []struct {
+		coll   *mongo.Collection
+		models []mongo.IndexModel
+	}{{coll, indexModels()}, {history, historyIndexModels()}} {
+		for _, m := range c.models {
+			if _, err := c.coll.Indexes().CreateOne(ctx, m); err != nil {
+				return fmt.Errorf("mscheduler: create indexes on %s: %w", c.coll.Name(), err)
+			}
+		}
+		if _, err := ensureExpireIndex(ctx, c.coll); err != nil {
+			return fmt.Errorf("mscheduler: create indexes on %s: %w", c.coll.Name(), err)
 		}
 	}
 	return nil

@@ -64,6 +64,7 @@ type InvalidInfo struct {
 
 // RunInfo is one finished run of a task.
 type RunInfo struct {
+	Key               string // the task's (from Producer.Runs; empty in TaskInfo.Runs)
 	RunID, WorkerID   string
 	Outcome           Outcome
 	Started, Finished time.Time

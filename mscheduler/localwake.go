@@ -6,13 +6,17 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
-// localWakes lets a producer wake, at once, the consumers of its collection
-// that share its mongo.Client, whatever the server: a change stream wakes
-// the consumers of other processes too, but without one (a standalone
-// server, the development server) they only find the change at their next
-// poll, and a process that both publishes and consumes should not wait for
-// its own poll.
-var localWakes = &wakeRegistry{subs: map[namespace]map[chan<- struct{}]struct{}{}}
+// local lets producers and consumers of one collection that share a
+// mongo.Client (one process) tell each other at once, whatever the server:
+// a producer wakes the consumers after a publish and cancels their runs of
+// a cancelled task; a consumer tells the producers' waiters that a task
+// ended. A change stream tells other processes too, but without one (a
+// standalone server, the development server) they only find out at their
+// next poll or ping, and a process should not wait for its own poll.
+var local = &localRegistry{
+	consumers: map[namespace]map[*localConsumer]struct{}{},
+	waiters:   map[namespace]map[*localWaiter]struct{}{},
+}
 
 // namespace identifies a collection as reached through one client.
 type namespace struct {
@@ -24,37 +28,79 @@ func namespaceOf(coll *mongo.Collection) namespace {
 	return namespace{client: coll.Database().Client(), db: coll.Database().Name(), coll: coll.Name()}
 }
 
-type wakeRegistry struct {
-	mu   sync.Mutex
-	subs map[namespace]map[chan<- struct{}]struct{}
+// localConsumer is how the registry reaches a consumer: wake is buffered
+// (a full channel already holds a wake), and cancel returns at once.
+type localConsumer struct {
+	wake   chan<- struct{}
+	cancel func(key string)
 }
 
-// subscribe makes notify(ns) send to ch, which must be buffered: sends
-// never block, and a full channel already holds a wake.
-func (r *wakeRegistry) subscribe(ns namespace, ch chan<- struct{}) (unsubscribe func()) {
+// localWaiter hears of tasks that ended: ended is buffered, and a full one
+// drops the news (the waiter reads the task itself).
+type localWaiter struct {
+	ended chan<- string
+}
+
+type localRegistry struct {
+	mu        sync.Mutex
+	consumers map[namespace]map[*localConsumer]struct{}
+	waiters   map[namespace]map[*localWaiter]struct{}
+}
+
+func add[T comparable](r *localRegistry, m map[namespace]map[T]struct{}, ns namespace, v T) (remove func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.subs[ns] == nil {
-		r.subs[ns] = map[chan<- struct{}]struct{}{}
+	if m[ns] == nil {
+		m[ns] = map[T]struct{}{}
 	}
-	r.subs[ns][ch] = struct{}{}
+	m[ns][v] = struct{}{}
 	return func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		delete(r.subs[ns], ch)
-		if len(r.subs[ns]) == 0 {
-			delete(r.subs, ns)
+		delete(m[ns], v)
+		if len(m[ns]) == 0 {
+			delete(m, ns)
 		}
 	}
 }
 
-// notify wakes every consumer subscribed to ns.
-func (r *wakeRegistry) notify(ns namespace) {
+func (r *localRegistry) addConsumer(ns namespace, c *localConsumer) func() {
+	return add(r, r.consumers, ns, c)
+}
+
+func (r *localRegistry) addWaiter(ns namespace, w *localWaiter) func() {
+	return add(r, r.waiters, ns, w)
+}
+
+// wake wakes every consumer of ns.
+func (r *localRegistry) wake(ns namespace) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for ch := range r.subs[ns] {
+	for c := range r.consumers[ns] {
 		select {
-		case ch <- struct{}{}:
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// cancel cancels the runs of the task key that the consumers of ns hold.
+func (r *localRegistry) cancel(ns namespace, key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for c := range r.consumers[ns] {
+		c.cancel(key)
+	}
+}
+
+// ended tells the waiters of ns that a run of task key ended (the task may
+// have reached a final status).
+func (r *localRegistry) ended(ns namespace, key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for w := range r.waiters[ns] {
+		select {
+		case w.ended <- key:
 		default:
 		}
 	}

@@ -205,7 +205,10 @@ func (p *pinger) apply(ctx context.Context, res pingResult) {
 		}
 		r.soleHolder = res.reply.Running == 1
 		p.applySettings(r, res.reply, res.sent)
-		if !res.reply.allows(p.workerID, p.groups) {
+		switch {
+		case res.reply.Status == StatusCancelled:
+			cancelRun(r)
+		case !res.reply.allows(p.workerID, p.groups):
 			p.revoke(r)
 		}
 	}
@@ -255,6 +258,7 @@ func minTime(first time.Time, rest ...time.Time) time.Time {
 // field edited by hand into the wrong type must not stop the pings of a
 // run going on (it is reported when the task is next claimed).
 type pingReply struct {
+	Status          Status
 	Running         int
 	PingIntervalMS  int64
 	WorkerTimeoutMS int64
@@ -264,6 +268,9 @@ type pingReply struct {
 
 func decodePingReply(raw bson.Raw) *pingReply {
 	var r pingReply
+	if v, ok := raw.Lookup(fStatus).StringValueOK(); ok {
+		r.Status = Status(v)
+	}
 	if v, ok := raw.Lookup(fRunning).AsInt64OK(); ok {
 		r.Running = int(v)
 	}
@@ -320,7 +327,7 @@ func (p *pinger) renewAs(ctx context.Context, key, runID string, lease time.Time
 		update = append(update, bson.E{Key: "$min", Value: bson.D{{Key: fNextExpiry, Value: lease}}})
 	}
 	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
-	proj := bson.D{{Key: fRunning, Value: 1}, {Key: fPingIntervalMS, Value: 1}, {Key: fWorkerTimeoutMS, Value: 1}, {Key: fWorkerIDs, Value: 1}, {Key: fGroup, Value: 1}}
+	proj := bson.D{{Key: fStatus, Value: 1}, {Key: fRunning, Value: 1}, {Key: fPingIntervalMS, Value: 1}, {Key: fWorkerTimeoutMS, Value: 1}, {Key: fWorkerIDs, Value: 1}, {Key: fGroup, Value: 1}}
 	raw, err := p.caps.findOneAndUpdate(ctx, p.coll, filter, update, opts, proj).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
@@ -341,6 +348,15 @@ func (p *pinger) held(ctx context.Context, key, runID string) (bool, error) {
 		return false, fmt.Errorf("mscheduler: ping run %s of %q: %w", runID, key, err)
 	}
 	return true, nil
+}
+
+// cancelRun cancels a run whose task was cancelled; its end is recorded
+// as cancelled. Called by the pinger loop and by Producer.Cancel through
+// the local registry.
+func cancelRun(r *activeRun) {
+	if !r.finished.Load() {
+		r.cancel(ErrCancelled)
+	}
 }
 
 // revoke cancels a run whose task no longer allows this worker. The run

@@ -65,10 +65,7 @@ func (e *runEnd) advanceUpdate() bson.D {
 	return bson.D{
 		{Key: "$unset", Value: bson.D{{Key: holderPath(e.workerID), Value: ""}, {Key: fNextExpiry, Value: ""}, {Key: fDoneBy, Value: ""}, {Key: pStarted, Value: ""}}},
 		{Key: "$inc", Value: bson.D{{Key: fRunning, Value: -1}, {Key: fRev, Value: 1}, {Key: pRuns, Value: 1}, {Key: pSkipped, Value: a.step.Skipped}}},
-		{Key: "$push", Value: bson.D{{Key: fRuns, Value: bson.D{
-			{Key: "$each", Value: bson.A{e.record}},
-			{Key: "$slice", Value: -e.runsKept},
-		}}}},
+		{Key: "$push", Value: e.pushRecord()},
 		{Key: "$set", Value: bson.D{
 			{Key: fStatus, Value: StatusPending},
 			{Key: fRunAt, Value: a.step.Next},
@@ -79,6 +76,7 @@ func (e *runEnd) advanceUpdate() bson.D {
 			{Key: fSucceeded, Value: 0},
 			{Key: fFailedRuns, Value: 0},
 			{Key: fUpdatedAt, Value: e.now},
+			e.unloggedMark(),
 		}},
 	}
 }

@@ -33,7 +33,7 @@ func (c *Consumer[P, R]) planGate(doc *taskDoc) bool {
 		bson.E{Key: fRunning, Value: 1}, bson.E{Key: fSucceeded, Value: 0}, bson.E{Key: fFailedRuns, Value: 0},
 		bson.E{Key: pPlanned, Value: planned}, skipNextFence(doc.Plan.SkipNext))
 	retarget := !step.Done && !step.Next.After(now)
-	update := giveBackUpdate(c.cfg.WorkerID, doc.Concurrency, step, now)
+	update := giveBackUpdate(c.cfg.WorkerID, doc.Concurrency, step, now, c.cfg.Retention)
 	if retarget {
 		update = bson.D{
 			{Key: "$set", Value: bson.D{{Key: pPlanned, Value: step.Next}, {Key: pScheduled, Value: now}, {Key: fRunAt, Value: step.Next}, {Key: pSkipNext, Value: 0}}},
@@ -64,10 +64,13 @@ func (c *Consumer[P, R]) planGate(doc *taskDoc) bool {
 
 // giveBackUpdate undoes a claim and moves the task to the step's planned
 // time, or finishes it.
-func giveBackUpdate(workerID string, concurrency int, step Step, now time.Time) bson.D {
+func giveBackUpdate(workerID string, concurrency int, step Step, now time.Time, retention Retention) bson.D {
 	set := bson.D{{Key: fStatus, Value: StatusPending}, {Key: fRunAt, Value: step.Next}, {Key: pPlanned, Value: step.Next}, {Key: pScheduled, Value: now}}
 	if step.Done {
 		set = bson.D{{Key: fStatus, Value: StatusFinished}, {Key: fFree, Value: 0}}
+		if exp := retention.taskExpiry(StatusFinished, now); exp != nil {
+			set = append(set, bson.E{Key: fExpireAt, Value: *exp})
+		}
 	}
 	set = append(set, bson.E{Key: pSkipNext, Value: 0}, bson.E{Key: fUpdatedAt, Value: now})
 	inc := bson.D{{Key: fRunning, Value: -1}, {Key: fRev, Value: 1}, {Key: pSkipped, Value: step.Skipped}}

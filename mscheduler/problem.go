@@ -25,7 +25,7 @@ type problem struct {
 func (p *problem) Error() string { return "field " + p.field + " " + p.reason }
 
 // knownStatuses are every status the library writes.
-var knownStatuses = []Status{StatusPending, StatusRunning, StatusSucceeded, StatusFailed, StatusFinished, StatusInvalid}
+var knownStatuses = []Status{StatusPending, StatusRunning, StatusSucceeded, StatusFailed, StatusFinished, StatusCancelled, StatusInvalid}
 
 // requiredToRun are the fields a task needs before a worker can claim and
 // end a run of it: the claim's and run end's filters compare them, and a

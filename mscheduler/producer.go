@@ -29,6 +29,9 @@ type ProducerConfig struct {
 	// Default to time.Now and the runtime's monotonic clock.
 	Clock     func() time.Time
 	Monotonic func() time.Duration
+	// Retention is how long the tasks this producer finishes (Cancel) are
+	// kept; set it as the consumers' Retention. Zero fields take defaults.
+	Retention Retention
 	// SchemaCheckInterval is how long a producer trusts its last check of
 	// the collection's schema version before its next write checks again,
 	// so that a producer of an older library stops writing within it once a
@@ -47,6 +50,7 @@ func (c *ProducerConfig) withDefaults() *ProducerConfig {
 	}
 	out.Defaults = out.Defaults.withDefaults()
 	out.SchemaCheckInterval = cmp.Or(out.SchemaCheckInterval, SchemaCheckIntervalDefault)
+	out.Retention = out.Retention.withDefaults()
 	if out.WriteConcern == nil {
 		out.WriteConcern = writeconcern.Majority()
 	}
@@ -56,6 +60,9 @@ func (c *ProducerConfig) withDefaults() *ProducerConfig {
 func (c *ProducerConfig) validate() error {
 	if c.SchemaCheckInterval < 0 {
 		return invalid("SchemaCheckInterval", "must not be negative, got %s", c.SchemaCheckInterval)
+	}
+	if err := c.Retention.validate("Retention."); err != nil {
+		return err
 	}
 	return c.Defaults.options().validate("Defaults.")
 }
@@ -177,7 +184,7 @@ func (p *Producer[P]) publish(ctx context.Context, tasks []Task[P], opts *Publis
 	// A task due later is found by the consumers' next look: waking them
 	// for each one would cost a claim per publish and find nothing.
 	if slices.ContainsFunc(docs, func(d *taskDoc) bool { return !d.RunAt.After(p.clock.Now()) }) {
-		localWakes.notify(namespaceOf(p.coll))
+		local.wake(namespaceOf(p.coll))
 	}
 	results := make([]PublishResult, len(docs))
 	for i, d := range docs {
@@ -225,6 +232,9 @@ func (p *Producer[P]) buildDocs(tasks []Task[P], prefixFormat string) ([]*taskDo
 			return nil, invalid(prefix+"Key", "%q is also the key of tasks[%d]", d.Key, j)
 		}
 		seen[d.Key] = i
+		if d.Status == StatusFinished { // a plan with no planned time left
+			d.ExpireAt = p.cfg.Retention.taskExpiry(StatusFinished, now)
+		}
 		docs[i] = d
 	}
 	return docs, nil
@@ -437,9 +447,13 @@ func resetModel(d *taskDoc) mongo.WriteModel {
 		{Key: fRunning, Value: 0},
 	}
 	set := insertFields(d, bson.D{{Key: fID}, {Key: fKey}, {Key: fCreatedAt}, {Key: fRev}})
+	unset := bson.D{{Key: fHolders, Value: ""}, {Key: fDoneBy, Value: ""}, {Key: fNextExpiry, Value: ""}, {Key: fPaused, Value: ""}, {Key: fInvalid, Value: ""}}
+	if d.ExpireAt == nil {
+		unset = append(unset, bson.E{Key: fExpireAt, Value: ""})
+	}
 	update := bson.D{
 		{Key: "$set", Value: set},
-		{Key: "$unset", Value: bson.D{{Key: fHolders, Value: ""}, {Key: fDoneBy, Value: ""}, {Key: fNextExpiry, Value: ""}, {Key: fPaused, Value: ""}}},
+		{Key: "$unset", Value: unset},
 		{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}},
 	}
 	return mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update).SetUpsert(true)

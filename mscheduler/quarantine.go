@@ -84,6 +84,10 @@ func (q *quarantine) update() bson.D {
 		inc = append(inc, bson.E{Key: fRev, Value: 1})
 	}
 	update = append(update, bson.E{Key: "$unset", Value: unset})
+	if v := q.raw.Lookup(fUnlogged); q.run != nil && (v.Type == 0 || v.Type == bson.TypeEmbeddedDocument) {
+		set = append(set, bson.E{Key: unloggedPath(q.run.RunID), Value: q.now})
+		update[0].Value = set
+	}
 	if len(inc) > 0 {
 		update = append(update, bson.E{Key: "$inc", Value: inc})
 	}

@@ -15,7 +15,7 @@ func op(name string, v any) bson.D { return bson.D{{Key: name, Value: v}} }
 var claimableStatuses = bson.A{StatusPending, StatusRunning}
 
 // finishedStatuses are the statuses of tasks that run no more.
-var finishedStatuses = bson.A{StatusSucceeded, StatusFailed, StatusFinished}
+var finishedStatuses = bson.A{StatusSucceeded, StatusFailed, StatusFinished, StatusCancelled}
 
 // eligibleFilter selects the tasks that workerID may claim a slot of, at any
 // time: capacity left, not already held by this worker, not done by it when

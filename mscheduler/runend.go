@@ -25,13 +25,14 @@ type runEnd struct {
 	key      string
 	workerID string
 	record   runRecord
-	fence    bson.D // fence or expiredFence of the run
+	fence    bson.D // fence or leaseFence of the run
 
 	distinct      bool      // on success, remember the worker in done_by
 	maxFailedRuns int       // the task's max_failed_runs, as last read
 	retryAt       time.Time // on a counted failure, run_at is moved to at least this
 	now           time.Time
 	runsKept      int
+	retention     Retention // of the task, when this end finishes it
 
 	// seen is the task's state as this worker last read it; it picks the
 	// case to try alone first, which saves the server from evaluating every
@@ -192,14 +193,11 @@ func (e *runEnd) update(c endCase) bson.D {
 	case e.counted():
 		inc = append(inc, bson.E{Key: fFailedRuns, Value: 1})
 	}
-	push := bson.D{{Key: fRuns, Value: bson.D{
-		{Key: "$each", Value: bson.A{e.record}},
-		{Key: "$slice", Value: -e.runsKept},
-	}}}
+	push := e.pushRecord()
 	if e.distinct && e.record.Outcome == OutcomeSucceeded {
 		push = append(push, bson.E{Key: fDoneBy, Value: e.workerID})
 	}
-	set := bson.D{{Key: fUpdatedAt, Value: e.now}}
+	set := bson.D{{Key: fUpdatedAt, Value: e.now}, e.unloggedMark()}
 	if e.advance != nil {
 		set = append(set, bson.E{Key: pStarted, Value: true})
 	}
@@ -210,6 +208,9 @@ func (e *runEnd) update(c endCase) bson.D {
 	}
 	if c.status != "" {
 		set = append(set, bson.E{Key: fStatus, Value: c.status})
+		if exp := e.retention.taskExpiry(c.status, e.now); exp != nil {
+			set = append(set, bson.E{Key: fExpireAt, Value: *exp})
+		}
 	}
 	update := bson.D{
 		{Key: "$unset", Value: unset},
@@ -221,6 +222,18 @@ func (e *runEnd) update(c endCase) bson.D {
 		update = append(update, bson.E{Key: "$max", Value: bson.D{{Key: fRunAt, Value: e.retryAt}}})
 	}
 	return update
+}
+
+// pushRecord appends the run's record to the task's runs.
+func (e *runEnd) pushRecord() bson.D {
+	return bson.D{{Key: fRuns, Value: bson.D{{Key: "$each", Value: bson.A{e.record}}, {Key: "$slice", Value: -e.runsKept}}}}
+}
+
+// unloggedMark says, in the same update that ends the run, that its entry
+// in the history collection is still to be written (see historian), so
+// that a crash before it is written loses no history record.
+func (e *runEnd) unloggedMark() bson.E {
+	return bson.E{Key: unloggedPath(e.record.RunID), Value: e.record.Finished}
 }
 
 // errRunGone says the run no longer holds its slot: its lease was lost.

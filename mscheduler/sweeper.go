@@ -128,6 +128,9 @@ func (c *Consumer[P, R]) sweepUnreadable(ctx context.Context, raw bson.Raw, now 
 				if err != nil {
 					c.loopError(ctx, err)
 				}
+				if ok {
+					c.history.add(key, rec)
+				}
 				wrote = wrote || ok
 			}
 		}
@@ -200,6 +203,7 @@ func (c *Consumer[P, R]) expire(ctx context.Context, t sweptTask, raw bson.Raw, 
 		seen:          t.State,
 		now:           now,
 		runsKept:      c.cfg.RunsKept,
+		retention:     c.cfg.Retention,
 		advance:       newPlanAdvance(&taskDoc{Plan: plan, Concurrency: t.Concurrency}, h.Started, now),
 	}
 	err := end.write(ctx, c.coll)
@@ -209,11 +213,16 @@ func (c *Consumer[P, R]) expire(ctx context.Context, t sweptTask, raw bson.Raw, 
 	case unwritable(err):
 		_, prob := problemOf(ctx, c.coll, end.fence, err)
 		q := &quarantine{key: t.Key, filter: end.fence, raw: raw, prob: prob, found: foundAtSweep, holder: workerID, run: &end.record}
-		_, qerr := c.quarantine(ctx, q)
+		ok, qerr := c.quarantine(ctx, q)
+		if ok {
+			c.history.add(t.Key, end.record)
+		}
 		return qerr
 	case err != nil:
 		return err
 	}
+	c.history.add(t.Key, end.record)
+	local.ended(namespaceOf(c.coll), t.Key)
 	c.log.Info("run expired; slot freed", "key", t.Key, "run_id", h.Run, "holder", workerID)
 	c.emit(Event{Kind: EventExpired, Key: t.Key, RunID: h.Run, WorkerID: workerID})
 	return nil

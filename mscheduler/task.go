@@ -18,6 +18,9 @@ const (
 	StatusFailed Status = "failed"
 	// StatusFinished: the task's plan has no planned time left.
 	StatusFinished Status = "finished"
+	// StatusCancelled: the task was cancelled (Producer.Cancel); it runs no
+	// more, and its runs going on were cancelled. Retry makes it pending.
+	StatusCancelled Status = "cancelled"
 	// StatusInvalid: the task's document cannot be run as stored (it was
 	// edited by hand into a shape the library cannot use); its invalid
 	// field says which field is wrong and why. Workers skip it until a
@@ -38,6 +41,10 @@ const (
 	OutcomeExpired Outcome = "expired"
 	// OutcomeReleased: the worker gave the run back on shutdown, before it ended.
 	OutcomeReleased Outcome = "released"
+	// OutcomeCancelled: the task was cancelled while the run went on; its
+	// handler's context was cancelled (cause ErrCancelled). It does not
+	// count as a failure.
+	OutcomeCancelled Outcome = "cancelled"
 	// OutcomeRevoked: the task stopped allowing the worker (worker_ids or
 	// group changed) while the run was going; the run was cancelled at its
 	// next ping and its slot given back. It does not count as a failure.

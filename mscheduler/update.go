@@ -38,12 +38,14 @@ type TaskUpdate struct {
 // already has enough successes is succeeded, one that needs more is pending
 // again. It returns [ErrNotFound] if no task has the key.
 func (p *Producer[P]) Update(ctx context.Context, key string, u TaskUpdate) error {
-	return p.rewrite(ctx, key, "update", u.build)
+	return p.rewrite(ctx, key, "update", func(doc *taskDoc, now time.Time) (bson.D, error) {
+		return u.build(doc, now, p.cfg.Retention)
+	})
 }
 
 // build validates the update against the task as read and returns the
 // write.
-func (u *TaskUpdate) build(doc *taskDoc, now time.Time) (bson.D, error) {
+func (u *TaskUpdate) build(doc *taskDoc, now time.Time, retention Retention) (bson.D, error) {
 	opts := taskOptions{
 		Concurrency: doc.Concurrency, PingInterval: fromMS(doc.PingIntervalMS), WorkerTimeout: fromMS(doc.WorkerTimeoutMS),
 		MaxRetries: doc.MaxRetries, RetryDelay: fromMS(doc.RetryDelayMS), MaxFailedRuns: doc.MaxFailedRuns,
@@ -94,6 +96,7 @@ func (u *TaskUpdate) build(doc *taskDoc, now time.Time) (bson.D, error) {
 	setIf(u.Source != nil, fSource, deref(u.Source))
 	setIf(u.Tags != nil, fTags, deref(u.Tags))
 	inc := bson.D{{Key: fRev, Value: 1}}
+	var unset bson.D
 	if delta := opts.Concurrency - doc.Concurrency; delta != 0 {
 		if doc.Plan != nil && opts.Concurrency < doc.Succeeded {
 			return nil, invalid("Concurrency", "must not be below the %d successes of the plan's current occurrence, got %d", doc.Succeeded, opts.Concurrency)
@@ -102,9 +105,18 @@ func (u *TaskUpdate) build(doc *taskDoc, now time.Time) (bson.D, error) {
 		inc = append(inc, bson.E{Key: fFree, Value: delta})
 		if status := statusAfterResize(doc, doc.Free+delta); status != "" {
 			set = append(set, bson.E{Key: fStatus, Value: status})
+			if exp := retention.taskExpiry(status, now); exp != nil {
+				set = append(set, bson.E{Key: fExpireAt, Value: *exp})
+			} else {
+				unset = bson.D{{Key: fExpireAt, Value: ""}}
+			}
 		}
 	}
-	return bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: inc}}, nil
+	update := bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: inc}}
+	if unset != nil {
+		update = append(update, bson.E{Key: "$unset", Value: unset})
+	}
+	return update, nil
 }
 
 // statusAfterResize is the status a concurrency change implies for a task

@@ -63,7 +63,7 @@ func (c *Consumer[P, R]) watchLoop(ctx context.Context, cs *mongo.ChangeStream) 
 	defer func() { c.watching.open.Store(false) }()
 	for {
 		for cs.Next(ctx) {
-			c.wake()
+			c.onChange(cs.Current)
 		}
 		token := cs.ResumeToken()
 		err := cs.Err()
@@ -80,6 +80,17 @@ func (c *Consumer[P, R]) watchLoop(ctx context.Context, cs *mongo.ChangeStream) 
 		c.watching.open.Store(true)
 		c.wake()
 	}
+}
+
+// onChange wakes the claim loop, and cancels this worker's runs of a task
+// that was cancelled.
+func (c *Consumer[P, R]) onChange(event bson.Raw) {
+	if status, _ := event.Lookup("updateDescription", "updatedFields", fStatus).StringValueOK(); Status(status) == StatusCancelled {
+		if key, ok := event.Lookup("documentKey", fID).StringValueOK(); ok {
+			c.cancelRuns(key)
+		}
+	}
+	c.wake()
 }
 
 func (c *Consumer[P, R]) reopenStream(ctx context.Context, token bson.Raw) *mongo.ChangeStream {

@@ -118,7 +118,8 @@ func CollectionOf(t testing.TB, c *mongo.Client) *mongo.Collection {
 	coll := c.Database(Database).Collection(name)
 	t.Cleanup(func() {
 		_ = coll.Drop(context.Background())
-		_ = c.Database(Database).Collection(name + ".meta").Drop(context.Background()) // its schema metadata
+		_ = c.Database(Database).Collection(name + ".meta").Drop(context.Background()) // its metadata
+		_ = c.Database(Database).Collection(name + ".runs").Drop(context.Background()) // its run history
 	})
 	return coll
 }

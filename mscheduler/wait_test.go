@@ -1,0 +1,103 @@
+package mscheduler_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
+)
+
+// TestWait: Wait returns once a task succeeds (with its result), fails
+// (with its error) or is cancelled; it returns ErrNotFound for an unknown
+// key and the context's error when its deadline passes first.
+func TestWait(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[string](t, coll, nil)
+	tasks := []mscheduler.Task[string]{
+		{Key: "ok", Params: "ok"}, {Key: "fails", Params: "fail", MaxRetries: mscheduler.NoRetries, MaxFailedRuns: 1},
+		{Key: "blocked", Params: "block"}, {Key: "later", RunAt: time.Now().Add(time.Hour)},
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev := mschedulertest.NewEvents()
+	startConsumer(t, dbCollection(mschedulertest.NewClient(t), coll), func(ctx context.Context, task *mscheduler.Task[string]) (string, error) {
+		switch task.Params {
+		case "fail":
+			return "", errors.New("it failed")
+		case "block":
+			<-ctx.Done()
+			return "", context.Cause(ctx)
+		}
+		return "result", nil
+	}, fastConfig("w", ev))
+
+	ok, err := p.Wait(ctxT(t), "ok")
+	var result string
+	if err != nil || ok.Status != mscheduler.StatusSucceeded || len(ok.Runs) != 1 || ok.Runs[0].Result.Unmarshal(&result) != nil || result != "result" {
+		t.Fatalf("Wait(ok) = %+v, %v; want succeeded with its result", ok, err)
+	}
+	fails, err := p.Wait(ctxT(t), "fails")
+	if err != nil || fails.Status != mscheduler.StatusFailed || fails.Runs[len(fails.Runs)-1].Error != "it failed" {
+		t.Fatalf("Wait(fails) = %+v, %v; want failed with its error", fails, err)
+	}
+	ev.WaitFor(t, "blocked to run", func(evs []mscheduler.Event) bool {
+		for _, e := range evs {
+			if e.Kind == mscheduler.EventClaimed && e.Key == "blocked" {
+				return true
+			}
+		}
+		return false
+	})
+	go func() { _ = p.Cancel(context.Background(), "blocked") }() // before or during the wait
+	cancelled, err := p.Wait(ctxT(t), "blocked")
+	if err != nil || cancelled.Status != mscheduler.StatusCancelled {
+		t.Fatalf("Wait(blocked) = %+v, %v; want cancelled", cancelled, err)
+	}
+	if _, err := p.Wait(ctxT(t), "nope"); !errors.Is(err, mscheduler.ErrNotFound) {
+		t.Fatalf("Wait(nope) = %v, want ErrNotFound", err)
+	}
+	short, cancel := context.WithTimeout(ctxT(t), 300*time.Millisecond)
+	defer cancel()
+	if _, err := p.Wait(short, "later"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait(later) = %v, want the deadline", err)
+	}
+}
+
+// TestCompletions: a producer sharing its client with a consumer hears of
+// every task that ends, with its final status.
+func TestCompletions(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[string](t, coll, nil)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	done := p.Completions(ctx, 10)
+	ev := mschedulertest.NewEvents()
+	startConsumer(t, coll, func(_ context.Context, task *mscheduler.Task[string]) (string, error) {
+		if task.Params == "fail" {
+			return "", errors.New("no")
+		}
+		return "", nil
+	}, fastConfig("w", ev))
+	tasks := []mscheduler.Task[string]{{Key: "a"}, {Key: "b", Params: "fail", MaxRetries: mscheduler.NoRetries, MaxFailedRuns: 1}}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]mscheduler.Status{}
+	for len(got) < 2 {
+		select {
+		case c := <-done:
+			got[c.Key] = c.Status
+		case <-time.After(waitTimeout):
+			t.Fatalf("completions so far %v", got)
+		}
+	}
+	if got["a"] != mscheduler.StatusSucceeded || got["b"] != mscheduler.StatusFailed {
+		t.Fatalf("completions %v", got)
+	}
+	cancel()
+	for range done { // closed when ctx is done
+	}
+}
