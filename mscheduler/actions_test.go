@@ -234,3 +234,35 @@ func TestDelete(t *testing.T) {
 		t.Fatalf("%d tasks left, want recent and pending", left)
 	}
 }
+
+// TestGetShowsHolders: Get and List expose the runs going on, with their
+// worker, run id, attempt (from the last ping) and lease.
+func TestGetShowsHolders(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", Concurrency: 2, PingInterval: 50 * time.Millisecond, WorkerTimeout: 5 * time.Second}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev := mschedulertest.NewEvents()
+	release := make(chan struct{})
+	defer close(release)
+	for _, w := range []string{"a", "b"} {
+		startConsumer(t, coll, holdUntil(release), fastConfig(w, ev))
+	}
+	ev.WaitCount(t, mscheduler.EventClaimed, 2)
+	waitForLeaseRenewal(t, coll, "k", "a")
+	waitForLeaseRenewal(t, coll, "k", "b")
+	ti, err := p.Get(ctxT(t), "k")
+	if err != nil || len(ti.Holders) != 2 {
+		t.Fatalf("Get = %+v, %v; want 2 holders", ti, err)
+	}
+	for _, h := range ti.Holders {
+		if (h.WorkerID != "a" && h.WorkerID != "b") || h.RunID == "" || h.Attempt != 1 || !h.LeaseUntil.After(h.Started) {
+			t.Fatalf("holder %+v", h)
+		}
+	}
+	list, err := p.List(ctxT(t), mscheduler.ListOpts{})
+	if err != nil || len(list) != 1 || len(list[0].Holders) != 2 {
+		t.Fatalf("List = %+v, %v", list, err)
+	}
+}

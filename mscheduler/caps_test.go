@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -146,5 +149,52 @@ func TestFailedRunIsLoggedWithItsError(t *testing.T) {
 	}
 	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, "key=k") || !strings.Contains(line, `error="disk full on /var/spool"`) {
 		t.Fatalf("failed run logged as %q, want a WARN line with the key and the error:\n%s", line, out.String())
+	}
+}
+
+// TestMiddlewareWrapsEveryAttempt: middleware sees each attempt of each
+// run, outermost first, with the task's key and the attempt number, and
+// the error it returns is the attempt's.
+func TestMiddlewareWrapsEveryAttempt(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", MaxRetries: 1, RetryDelay: time.Millisecond}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var seen []string
+	trace := func(name string) mscheduler.Middleware {
+		return func(next mscheduler.RunFunc) mscheduler.RunFunc {
+			return func(ctx context.Context, a *mscheduler.Attempt) error {
+				mu.Lock()
+				seen = append(seen, fmt.Sprintf("%s %s %d", name, a.Key, a.Run.Attempt))
+				mu.Unlock()
+				err := next(ctx, a)
+				if name == "inner" && err != nil {
+					return fmt.Errorf("traced: %w", err)
+				}
+				return err
+			}
+		}
+	}
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Middleware = []mscheduler.Middleware{trace("outer"), trace("inner")}
+	startConsumer(t, coll, func(_ context.Context, task *mscheduler.Task[int]) (int, error) {
+		if task.Run.Attempt == 1 {
+			return 0, errors.New("first try")
+		}
+		return 2, nil
+	}, cfg)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"outer k 1", "inner k 1", "outer k 2", "inner k 2"}; !slices.Equal(seen, want) {
+		t.Fatalf("middleware saw %v, want %v", seen, want)
+	}
+	for _, e := range ev.Snapshot() {
+		if e.Kind == mscheduler.EventRetried && (e.Err == nil || !strings.Contains(e.Err.Error(), "traced: first try")) {
+			t.Fatalf("retried with %v, want the middleware's error", e.Err)
+		}
 	}
 }

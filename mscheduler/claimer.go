@@ -68,7 +68,8 @@ type claimState struct {
 	maintainAt    time.Time
 	ttl, ttlKnown bool
 	leases        leaseHint
-	peeked        bool // the timeout of the first claim's task was looked up
+	peeked        bool          // the timeout of the first claim's task was looked up
+	claimLatency  time.Duration // the round trip of the last claim
 	// unconfirmed are claims whose reply was lost: the server may have
 	// applied them. Each is looked for until found (and released) or gone.
 	unconfirmed []string
@@ -154,7 +155,7 @@ func (c *Consumer[P, R]) admit(raw bson.Raw, runID string, st *claimState) bool 
 		return false
 	}
 	task.RunAt, task.Run.PlannedAt = doc.RunAt, ptrTime(doc.planned()) // the plan gate may have moved them
-	c.startRun(doc, task)
+	c.startRun(doc, task, st.claimLatency)
 	return true
 }
 
@@ -197,7 +198,9 @@ func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (bson.Raw
 	// lost on the way back would hold its slot until the lease lapsed.
 	wctx, cancel := c.writeCtx()
 	defer cancel()
+	sent := time.Now()
 	raw, err := c.caps.findOneAndUpdate(wctx, c.coll, filter, update, opts, bson.D{{Key: fRuns, Value: 0}}).Raw()
+	st.claimLatency = time.Since(sent)
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return nil, "", nil

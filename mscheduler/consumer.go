@@ -26,6 +26,20 @@ import (
 // context.Cause.
 type Handler[P, R any] func(ctx context.Context, task *Task[P]) (R, error)
 
+// RunFunc runs one attempt of a task's handler and returns its error.
+type RunFunc func(ctx context.Context, attempt *Attempt) error
+
+// Attempt is the handler attempt a RunFunc runs.
+type Attempt struct {
+	Key string
+	Run *Run // the run's id, worker, attempt number, start and planned time
+}
+
+// Middleware wraps every handler attempt, for tracing, logging or metrics
+// around each run: it calls next to run the attempt (or does not, to skip
+// it with an error) and returns the attempt's error, which it may change.
+type Middleware func(next RunFunc) RunFunc
+
 // Discovery says how a consumer learns about new claimable tasks.
 type Discovery string
 
@@ -139,6 +153,9 @@ type ConsumerConfig struct {
 	// Logger receives structured logs with the task key, run id and worker
 	// id. Defaults to slog.Default().
 	Logger *slog.Logger
+	// Middleware wraps every handler attempt; the first is the outermost.
+	// Defaults to none.
+	Middleware []Middleware
 	// OnEvent, if set, is called for every [Event], from the goroutine where
 	// it happens. It must not block.
 	OnEvent func(Event)
@@ -443,6 +460,16 @@ func (c *Consumer[P, R]) awaitRuns(limit time.Duration) {
 		c.log.Warn("stopping with run ends still being written; their leases will lapse", "waited", limit)
 	}
 }
+
+// Running is the number of runs this consumer holds now.
+func (c *Consumer[P, R]) Running() int {
+	c.pinger.mu.Lock()
+	defer c.pinger.mu.Unlock()
+	return len(c.pinger.runs)
+}
+
+// Capacity is the most runs this consumer holds at once.
+func (c *Consumer[P, R]) Capacity() int { return c.cfg.Capacity }
 
 // cancelRuns cancels this consumer's runs of the task key (it was
 // cancelled); their ends are recorded as cancelled.

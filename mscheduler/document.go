@@ -45,6 +45,7 @@ const (
 	hRun        = "run"
 	hStarted    = "started"
 	hLeaseUntil = "lease_until"
+	hAttempt    = "attempt"
 )
 
 // taskDoc is the stored form of a task. The counters free, running,
@@ -95,6 +96,8 @@ type holder struct {
 	Run        string    `bson:"run"`
 	Started    time.Time `bson:"started"`
 	LeaseUntil time.Time `bson:"lease_until"`
+	// Attempt is the run's local attempt, as of its last ping.
+	Attempt int `bson:"attempt,omitempty"`
 }
 
 // runRecord is a finished run, appended to the task's runs (the most recent

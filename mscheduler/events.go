@@ -19,6 +19,8 @@ const (
 	EventExpired EventKind = "expired"
 	// EventReleased: the worker gave a run back on shutdown.
 	EventReleased EventKind = "released"
+	// EventRenewed: a ping renewed the lease of one of this worker's runs.
+	EventRenewed EventKind = "renewed"
 	// EventLeaseLost: a run was taken away from this worker; its handler was
 	// cancelled and nothing more was written about it.
 	EventLeaseLost EventKind = "lease_lost"
@@ -59,4 +61,10 @@ type Event struct {
 	// of a task with a plan.
 	Planned time.Time
 	At      time.Time
+	// Duration is, for the end of a run (succeeded, failed, released,
+	// revoked, cancelled), the time from the run's claim to its end.
+	Duration time.Duration
+	// Latency is the round trip of the command behind the event: the claim
+	// for claimed, the write that ended the run for its end.
+	Latency time.Duration
 }

@@ -15,7 +15,7 @@ import (
 // startRun starts the goroutine that executes a claimed run. The claim loop
 // has already taken the run's slot; the goroutine gives it back once the
 // run's end is written.
-func (c *Consumer[P, R]) startRun(doc *taskDoc, task *Task[P]) {
+func (c *Consumer[P, R]) startRun(doc *taskDoc, task *Task[P], claimLatency time.Duration) {
 	h := doc.Holders[c.cfg.WorkerID]
 	ctx, cancel := context.WithCancelCause(c.workCtx)
 	r := &activeRun{
@@ -29,7 +29,7 @@ func (c *Consumer[P, R]) startRun(doc *taskDoc, task *Task[P]) {
 		doc:           doc,
 	}
 	r.leaseUntil.Store(effectiveLease(h, fromMS(doc.WorkerTimeoutMS)).UnixNano())
-	c.emit(Event{Kind: EventClaimed, Key: r.key, RunID: r.runID, Planned: ptrTime(doc.planned())})
+	c.emit(Event{Kind: EventClaimed, Key: r.key, RunID: r.runID, Planned: ptrTime(doc.planned()), Latency: claimLatency})
 	c.log.Debug("claimed", "key", r.key, "run_id", r.runID)
 	c.pinger.add(r)
 	c.running.Add(1)
@@ -142,6 +142,7 @@ const endWriteTries = 5
 // records the run as expired (at least once, never lost).
 func (c *Consumer[P, R]) writeEnd(r *activeRun, end *runEnd) {
 	var err error
+	sent := time.Now()
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(c.endCtx, c.cfg.WriteTimeout)
 		err = end.write(ctx, c.coll)
@@ -155,7 +156,8 @@ func (c *Consumer[P, R]) writeEnd(r *activeRun, end *runEnd) {
 		case <-c.endCtx.Done():
 		}
 	}
-	ev := Event{Key: r.key, RunID: r.runID, Attempt: end.record.Attempts, Planned: ptrTime(end.record.Planned)}
+	ev := Event{Key: r.key, RunID: r.runID, Attempt: end.record.Attempts, Planned: ptrTime(end.record.Planned),
+		Duration: end.record.Finished.Sub(end.record.Started), Latency: time.Since(sent)}
 	switch {
 	case err == nil:
 		c.history.add(r.key, end.record)
@@ -229,6 +231,7 @@ func (c *Consumer[P, R]) callWithRetries(ctx context.Context, r *activeRun, task
 	retries := max(doc.MaxRetries, 0)
 	for attempt := 1; ; attempt++ {
 		task.Run.Attempt = attempt
+		r.attempt.Store(int32(attempt))
 		result, err := c.attempt(ctx, r, task, c.timeout(doc))
 		if err == nil || ctx.Err() != nil || isSkipRetry(err) || attempt > retries {
 			return result, err, attempt
@@ -243,14 +246,24 @@ func (c *Consumer[P, R]) callWithRetries(ctx context.Context, r *activeRun, task
 	}
 }
 
-// call runs the handler once, turning a panic into a *PanicError.
+// call runs the handler once, through the middleware, turning a panic into
+// a *PanicError.
 func (c *Consumer[P, R]) call(ctx context.Context, task *Task[P]) (result R, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &PanicError{Value: v, Stack: string(debug.Stack())}
 		}
 	}()
-	return c.handler(ctx, task)
+	run := RunFunc(func(ctx context.Context, _ *Attempt) error {
+		var herr error
+		result, herr = c.handler(ctx, task)
+		return herr
+	})
+	for i := len(c.cfg.Middleware) - 1; i >= 0; i-- {
+		run = c.cfg.Middleware[i](run)
+	}
+	err = run(ctx, &Attempt{Key: task.Key, Run: task.Run})
+	return result, err
 }
 
 // backoff is the delay before local retry n (from 1): base doubled n-1

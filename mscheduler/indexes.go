@@ -2,7 +2,6 @@ package mscheduler
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -40,8 +39,7 @@ const expireIndex = "expire"
 func ensureExpireIndex(ctx context.Context, coll *mongo.Collection) (ttl bool, err error) {
 	keys := bson.D{{Key: fExpireAt, Value: 1}}
 	_, err = coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: options.Index().SetName(expireIndex).SetExpireAfterSeconds(0)})
-	var se mongo.ServerError
-	if errors.As(err, &se) && se.HasErrorCode(codeNotImplemented) {
+	if isNotImplemented(err) {
 		_, err = coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: options.Index().SetName(expireIndex)})
 		return false, err
 	}

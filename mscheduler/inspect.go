@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -29,9 +30,19 @@ type TaskInfo[P any] struct {
 	Problem string
 	// Invalid is why and when a worker set the task to StatusInvalid.
 	Invalid *InvalidInfo
+	// Holders are the runs going on now, as of their last ping.
+	Holders []HolderInfo
 	// Runs are the task's most recent finished runs, oldest first (Get
 	// only; List leaves them out).
 	Runs []RunInfo
+}
+
+// HolderInfo is a run going on: who holds it and until when.
+type HolderInfo struct {
+	WorkerID, RunID string
+	Started         time.Time
+	LeaseUntil      time.Time // renewed by each ping
+	Attempt         int       // the local attempt, as of the last ping (0 before the first)
 }
 
 // PlanInfo is where a task's plan stands.
@@ -152,6 +163,10 @@ func newTaskInfo[P any](raw bson.Raw, now time.Time) *TaskInfo[P] {
 		Free: doc.Free, Running: doc.Running, Succeeded: doc.Succeeded, FailedRuns: doc.FailedRuns,
 		CreatedAt: doc.CreatedAt, UpdatedAt: doc.UpdatedAt,
 	}
+	for w, h := range doc.Holders {
+		info.Holders = append(info.Holders, HolderInfo{WorkerID: w, RunID: h.Run, Started: h.Started, LeaseUntil: h.LeaseUntil, Attempt: h.Attempt})
+	}
+	slices.SortFunc(info.Holders, func(a, b HolderInfo) int { return a.Started.Compare(b.Started) })
 	if pl := doc.Plan; pl != nil {
 		info.Plan = &PlanInfo{Planned: pl.Planned, Runs: pl.Runs, Skipped: pl.Skipped, SkipNext: pl.SkipNext}
 		if prob == nil {

@@ -37,6 +37,9 @@ type activeRun struct {
 	// revoked is set by the pinger when the task stopped allowing this
 	// worker; the run's goroutine then records the run as revoked.
 	revoked atomic.Bool
+	// attempt is the handler's local attempt, written by the run's
+	// goroutine and sent with each ping.
+	attempt atomic.Int32
 	// finished is claimed (CompareAndSwap) by whoever writes the run's end:
 	// the run's goroutine, or Stop for an abandoned run. The pinger goes on
 	// renewing a finished run until its end is written.
@@ -178,7 +181,7 @@ func (p *pinger) send(ctx context.Context, r *activeRun, now time.Time) {
 	p.sending.Go(func() {
 		pctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		reply, err := p.renew(pctx, r.key, r.runID, lease, sole)
+		reply, err := p.renew(pctx, r.key, r.runID, lease, int(r.attempt.Load()), sole)
 		select {
 		case p.results <- pingResult{run: r, sent: now, lease: lease, reply: reply, err: err}:
 		case <-ctx.Done():
@@ -204,6 +207,7 @@ func (p *pinger) apply(ctx context.Context, res pingResult) {
 			r.leaseUntil.Store(res.lease.UnixNano())
 		}
 		r.soleHolder = res.reply.Running == 1
+		p.emit(Event{Kind: EventRenewed, Key: r.key, RunID: r.runID})
 		p.applySettings(r, res.reply, res.sent)
 		switch {
 		case res.reply.Status == StatusCancelled:
@@ -300,10 +304,10 @@ const renewTries = 3
 // ping is one command except when the number of holders crosses one. If
 // both miss, the number of holders moved between them, or the run was
 // taken away: a read of the fence tells which.
-func (p *pinger) renew(ctx context.Context, key, runID string, lease time.Time, sole bool) (*pingReply, error) {
+func (p *pinger) renew(ctx context.Context, key, runID string, lease time.Time, attempt int, sole bool) (*pingReply, error) {
 	for try := 0; try < renewTries; try++ {
 		for _, form := range []bool{sole, !sole} {
-			reply, err := p.renewAs(ctx, key, runID, lease, form)
+			reply, err := p.renewAs(ctx, key, runID, lease, attempt, form)
 			if err != nil || reply != nil {
 				return reply, err
 			}
@@ -316,9 +320,9 @@ func (p *pinger) renew(ctx context.Context, key, runID string, lease time.Time, 
 	return nil, fmt.Errorf("mscheduler: ping run %s of %q: the task's holders kept changing", runID, key)
 }
 
-func (p *pinger) renewAs(ctx context.Context, key, runID string, lease time.Time, sole bool) (*pingReply, error) {
+func (p *pinger) renewAs(ctx context.Context, key, runID string, lease time.Time, attempt int, sole bool) (*pingReply, error) {
 	filter := fence(key, p.workerID, runID)
-	update := bson.D{{Key: "$set", Value: bson.D{{Key: holderPath(p.workerID, hLeaseUntil), Value: lease}}}}
+	update := bson.D{{Key: "$set", Value: bson.D{{Key: holderPath(p.workerID, hLeaseUntil), Value: lease}, {Key: holderPath(p.workerID, hAttempt), Value: attempt}}}}
 	if sole {
 		filter = append(filter, bson.E{Key: fRunning, Value: 1})
 		update[0].Value = append(update[0].Value.(bson.D), bson.E{Key: fNextExpiry, Value: lease})

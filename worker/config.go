@@ -18,6 +18,8 @@ const (
 	EnvURI = "MONGODB_URI"
 	// EnvDatabase names the environment variable with the default database.
 	EnvDatabase = "MSCHEDULER_DB"
+	// EnvHTTPAddr names the environment variable with the default HTTPAddr.
+	EnvHTTPAddr = "MSCHEDULER_HTTP_ADDR"
 )
 
 // Defaults of [Config].
@@ -28,6 +30,9 @@ const (
 	// ShutdownTimeoutDefault is how long running handlers may go on after a
 	// stop is requested.
 	ShutdownTimeoutDefault = 30 * time.Second
+	// HeartbeatIntervalDefault is how often a worker renews its document in
+	// the worker registry.
+	HeartbeatIntervalDefault = 10 * time.Second
 )
 
 // Config configures a [Worker]. The zero value is ready to use when the
@@ -64,6 +69,17 @@ type Config struct {
 	// them first: a producer, a migration step, or one designated worker.
 	// Use it where the workers' database user may not create indexes.
 	SkipIndexes bool
+	// HTTPAddr, when set, makes Run serve Prometheus metrics (/metrics),
+	// liveness (/healthz: the process is up) and readiness (/readyz: the
+	// server answered a ping within 2 s) on this address, such as
+	// "127.0.0.1:9100" (":0" picks a free port; see Worker.HTTPAddr).
+	// Defaults to the MSCHEDULER_HTTP_ADDR environment variable
+	// ([EnvHTTPAddr]); empty serves nothing.
+	HTTPAddr string
+	// HeartbeatInterval is how often the worker renews its document in the
+	// worker registry (mscheduler.ListWorkers); it is reported stale after
+	// 3 intervals without one. Defaults to [HeartbeatIntervalDefault].
+	HeartbeatInterval time.Duration
 	// DevServer, when URI is empty (after its default), makes New start the
 	// development server (package worker/devserver, built from a checkout of
 	// the repository) and Run stop it at the end. Without it an empty URI is
@@ -82,6 +98,8 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
+	c.HTTPAddr = cmp.Or(c.HTTPAddr, os.Getenv(EnvHTTPAddr))
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, HeartbeatIntervalDefault)
 	return c
 }
 
@@ -107,6 +125,9 @@ func (c Config) validate() error {
 	}
 	if c.ShutdownTimeout < 0 {
 		return invalid("ShutdownTimeout", "must not be negative, got %s", c.ShutdownTimeout)
+	}
+	if c.HeartbeatInterval < 0 {
+		return invalid("HeartbeatInterval", "must not be negative, got %s", c.HeartbeatInterval)
 	}
 	return nil
 }

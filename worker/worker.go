@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"os"
 	"os/signal"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,6 +43,9 @@ type consumer struct {
 	start      func(context.Context) error
 	stop       func(context.Context) error
 	abandoned  func() int
+	running    func() int
+	leader     func() bool
+	capacity   int
 }
 
 // Worker runs the consumers of one worker process. Create it with [New],
@@ -60,6 +65,9 @@ type Worker struct {
 
 	countsMu sync.Mutex
 	counts   map[mscheduler.EventKind]int64
+
+	metrics  *metrics
+	httpAddr atomic.Value // string: where the HTTP listener is bound
 
 	closeOnce sync.Once
 	closeErr  error
@@ -89,6 +97,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		ready:  make(chan struct{}),
 		counts: map[mscheduler.EventKind]int64{},
 	}
+	w.metrics = newMetrics(w)
 	if w.cfg.URI == "" {
 		s, err := devserver.Start(ctx, devserver.Options{})
 		if err != nil {
@@ -153,6 +162,7 @@ func Register[P, R any](w *Worker, collection string, h mscheduler.Handler[P, R]
 	user := c.OnEvent
 	c.OnEvent = func(e mscheduler.Event) {
 		w.count(e.Kind)
+		w.metrics.observe(collection, e)
 		if user != nil {
 			user(e)
 		}
@@ -179,6 +189,9 @@ func Register[P, R any](w *Worker, collection string, h mscheduler.Handler[P, R]
 		start:      con.Start,
 		stop:       con.Stop,
 		abandoned:  con.Abandoned,
+		running:    con.Running,
+		leader:     con.MaintenanceLeader,
+		capacity:   con.Capacity(),
 	})
 	return nil
 }
@@ -225,7 +238,24 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	began := time.Now()
 
 	started, startErr := w.startAllRetrying(runCtx, consumers)
+	var srv *http.Server
 	if startErr == nil {
+		srv, startErr = w.serveHTTP()
+	}
+	auxCtx, stopAux := context.WithCancel(context.Background())
+	var aux sync.WaitGroup
+	defer func() {
+		stopAux()
+		aux.Wait()
+		if srv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+			_ = srv.Shutdown(ctx)
+			cancel()
+		}
+	}()
+	if startErr == nil {
+		aux.Go(func() { w.heartbeat(auxCtx, consumers) })
+		aux.Go(func() { w.metrics.countTasks(auxCtx, w, consumers) })
 		w.log.Info("worker started",
 			"collections", w.collections(consumers),
 			"server", redact(w.cfg.URI),
@@ -246,6 +276,9 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	stopSignals() // a second signal now kills the process
 	w.log.Info("worker stopping", "reason", reason.Error(), "running_for", time.Since(began).Round(time.Millisecond).String())
 	stoppedIn := w.stopAll(started, w.cfg.ShutdownTimeout)
+	stopAux()
+	aux.Wait()
+	w.deregister()
 	w.log.Info("worker stopped", "stopped_in", stoppedIn.Round(time.Millisecond).String(), "events", w.countsAttr(),
 		"abandoned_running", w.Abandoned())
 	return nil

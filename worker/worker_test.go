@@ -25,7 +25,12 @@ import (
 
 // TestMain runs the tests against MONGODB_URI, or else against a
 // development server started for this test binary.
-func TestMain(m *testing.M) { os.Exit(mschedulertest.Main(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(childWorkerEnv) != "" {
+		os.Exit(runChildWorker())
+	}
+	os.Exit(mschedulertest.Main(m))
+}
 
 const (
 	testDatabase = mschedulertest.Database
