@@ -108,7 +108,10 @@ func (p *Producer[P]) RunNow(ctx context.Context, key string) error {
 // DeleteOpts says how Delete treats a task with runs going.
 type DeleteOpts struct {
 	// Force deletes a task with runs going: it is cancelled first (as
-	// Cancel does), then deleted. Without it such a delete is refused.
+	// Cancel does), Delete waits up to three of the task's ping intervals
+	// for its runs to end and be recorded as cancelled, then deletes it (a
+	// run still going then loses its lease). Without it such a delete is
+	// refused.
 	Force bool
 }
 
@@ -121,20 +124,15 @@ func (p *Producer[P]) Delete(ctx context.Context, key string, opts *DeleteOpts) 
 		if err != nil {
 			return err
 		}
-		rev := doc.Rev
 		if doc.Running > 0 {
 			if !force {
 				return notApplicable("delete", doc, "%d run%s going: cancel the task first, or delete it with force", doc.Running, plural(doc.Running))
 			}
-			if err := p.Cancel(ctx, key); err != nil && !isNotApplicable(err) {
+			if doc, err = p.cancelAndWait(ctx, doc); err != nil {
 				return err
 			}
-			if doc, err = p.read(ctx, key, "delete"); err != nil {
-				return err
-			}
-			rev = doc.Rev
 		}
-		res, err := p.coll.DeleteOne(ctx, bson.D{{Key: fID, Value: key}, revFence(rev)})
+		res, err := p.coll.DeleteOne(ctx, bson.D{{Key: fID, Value: key}, revFence(doc.Rev)})
 		if err != nil {
 			return fmt.Errorf("mscheduler: delete %q: %w", key, err)
 		}
@@ -143,6 +141,26 @@ func (p *Producer[P]) Delete(ctx context.Context, key string, opts *DeleteOpts) 
 		}
 	}
 	return fmt.Errorf("mscheduler: delete %q: the task kept changing; try again", key)
+}
+
+// cancelAndWait cancels a task with runs going and waits, up to three ping
+// intervals, for them to end; it returns the task as last read.
+func (p *Producer[P]) cancelAndWait(ctx context.Context, doc *taskDoc) (*taskDoc, error) {
+	if err := p.Cancel(ctx, doc.Key); err != nil && !isNotApplicable(err) {
+		return nil, err
+	}
+	deadline := time.Now().Add(3 * fromMS(max(doc.PingIntervalMS, 100)))
+	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		d, err := p.read(ctx, doc.Key, "delete")
+		if err != nil || d.Running == 0 || time.Now().After(deadline) {
+			return d, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+	}
 }
 
 // deleteBatch bounds the tasks DeleteFinished removes per command.

@@ -31,15 +31,15 @@ func (p *Producer[P]) Pause(ctx context.Context, key string) error {
 	return nil
 }
 
-// Resume lets a paused task run again; on a task that is not paused it does
-// nothing. A task with a plan continues from its first planned time after
+// Resume lets a paused task run again; on a task that is not paused it
+// returns an *ActionError and writes nothing. A task with a plan continues from its first planned time after
 // now; the planned times that passed while it was paused are counted as
 // skipped (if none is left, the plan finishes). It returns [ErrNotFound] if
 // no task has the key.
 func (p *Producer[P]) Resume(ctx context.Context, key string) error {
 	return p.rewrite(ctx, key, "resume", func(doc *taskDoc, now time.Time) (bson.D, error) {
 		if !doc.Paused {
-			return nil, nil
+			return nil, notApplicable("resume", doc, "the task is not paused")
 		}
 		update, err := resumeUpdate(doc, now, p.cfg.Retention)
 		if err != nil {

@@ -114,6 +114,11 @@ type ListOpts struct {
 	Tags []string
 	// Statuses selects tasks in any of these statuses.
 	Statuses []Status
+	// Paused selects only paused tasks.
+	Paused bool
+	// After selects the tasks whose key sorts after it: the key of the
+	// last task of the previous page, to read on from there.
+	After string
 	// Limit bounds the tasks returned. Defaults to [ListLimitDefault].
 	Limit int
 }
@@ -130,6 +135,12 @@ func (p *Producer[P]) List(ctx context.Context, opts ListOpts) ([]TaskInfo[P], e
 	}
 	if len(opts.Statuses) > 0 {
 		filter = append(filter, bson.E{Key: fStatus, Value: op("$in", opts.Statuses)})
+	}
+	if opts.Paused {
+		filter = append(filter, bson.E{Key: fPaused, Value: true})
+	}
+	if opts.After != "" {
+		filter = append(filter, bson.E{Key: fID, Value: op("$gt", opts.After)})
 	}
 	limit := opts.Limit
 	if limit <= 0 {

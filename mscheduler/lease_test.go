@@ -80,8 +80,8 @@ func TestSlowRunEndKeepsLease(t *testing.T) {
 	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", PingInterval: 100 * time.Millisecond, WorkerTimeout: 600 * time.Millisecond}, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, slow := newCmdProxy(t, func(name string, _ bson.Raw) bool {
-		if name == "update" { // the run end
+	_, slow := newCmdProxy(t, func(name string, body bson.Raw) bool {
+		if target, _ := body.Lookup(name).StringValueOK(); name == "update" && target == coll.Name() { // the run end
 			time.Sleep(1800 * time.Millisecond)
 		}
 		return false
@@ -157,8 +157,8 @@ func TestStopWaitsForRunEndsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	ending := make(chan struct{}, 1)
-	_, slow := newCmdProxy(t, func(name string, _ bson.Raw) bool {
-		if name == "update" {
+	_, slow := newCmdProxy(t, func(name string, body bson.Raw) bool {
+		if target, _ := body.Lookup(name).StringValueOK(); name == "update" && target == coll.Name() { // the run end
 			select {
 			case ending <- struct{}{}:
 			default:

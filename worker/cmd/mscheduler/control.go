@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
 )
 
 func runPause(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error {
@@ -65,4 +67,23 @@ func runSkip(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error
 	}
 	_, err = fmt.Fprintf(c.stdout, "skipping %s planned time%s of %s\n", count, plural(n), key)
 	return err
+}
+
+func runCancel(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error {
+	return c.onKey(ctx, fs, args, "cancel", "cancelled", func(ctx context.Context, key string) error { return c.producer.Cancel(ctx, key) })
+}
+
+func runRetry(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error {
+	return c.onKey(ctx, fs, args, "retry", "retrying", func(ctx context.Context, key string) error { return c.producer.Retry(ctx, key) })
+}
+
+func runRunNow(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error {
+	return c.onKey(ctx, fs, args, "run-now", "due now:", func(ctx context.Context, key string) error { return c.producer.RunNow(ctx, key) })
+}
+
+func runDelete(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error {
+	force := fs.Bool("force", false, "delete a task with runs going: cancel them first")
+	return c.onKey(ctx, fs, args, "delete", "deleted", func(ctx context.Context, key string) error {
+		return c.producer.Delete(ctx, key, &mscheduler.DeleteOpts{Force: *force})
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 )
 
 // usageError is a wrong command line: exit status 2.
@@ -34,6 +35,24 @@ func newFlagSet(name string) *flag.FlagSet {
 // "--" every argument is positional, for keys that start with '-'.
 func (c *cli) parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
+	// A negative number that is no flag's value is an argument ("skip KEY
+	// -1"), which the flag package would take for a flag.
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		if isNegativeNumber(a) && (i == 0 || !takesValue(fs, args[i-1])) {
+			before, err := c.parseArgs(fs, args[:i])
+			if err != nil {
+				return nil, err
+			}
+			after, err := c.parseArgs(fs, args[i+1:])
+			if err != nil {
+				return nil, err
+			}
+			return append(append(before, a), after...), nil
+		}
+	}
 	for {
 		if err := fs.Parse(args); err != nil {
 			return nil, c.flagError(err, fs.Name(), fs)
@@ -48,6 +67,33 @@ func (c *cli) parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 		positional = append(positional, rest[0])
 		args = rest[1:]
 	}
+}
+
+func isNegativeNumber(s string) bool {
+	if len(s) < 2 || s[0] != '-' {
+		return false
+	}
+	for _, r := range s[1:] {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// takesValue reports whether arg is a flag of fs that takes the next
+// argument as its value.
+func takesValue(fs *flag.FlagSet, arg string) bool {
+	name := strings.TrimLeft(arg, "-")
+	if name == arg || strings.Contains(name, "=") {
+		return false
+	}
+	f := fs.Lookup(name)
+	if f == nil {
+		return false
+	}
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return !ok || !b.IsBoolFlag()
 }
 
 // flagError turns an error of fs.Parse into a usage error, or prints the
@@ -95,25 +141,29 @@ func printOwnFlags(w io.Writer, fs *flag.FlagSet) {
 // wantArgs checks the positional arguments of the command name against
 // their names.
 func wantArgs(name string, args []string, names ...string) error {
-	if len(args) != len(names) {
-		return usageErrorf("%s: want %s, got %d argument%s", name, strings.Join(names, " "), len(args), plural(len(args)))
+	switch {
+	case len(args) == len(names):
+		return nil
+	case len(names) == 0:
+		return usageErrorf("%s takes no arguments, got %d (%s)", name, len(args), strings.Join(args, " "))
 	}
-	return nil
+	return usageErrorf("%s: want %s, got %d argument%s", name, strings.Join(names, " "), len(args), plural(len(args)))
 }
 
 func (c *cli) printUsage() {
 	var b strings.Builder
 	b.WriteString("Usage: mscheduler [global flags] <command> [flags] [arguments]\n\nCommands:\n")
 	for _, cmd := range commands {
-		fmt.Fprintf(&b, "%s\n          %s\n", strings.TrimRight(fmt.Sprintf("  %-7s %s", cmd.name, cmd.synopsis), " "), cmd.summary)
+		fmt.Fprintf(&b, "%s\n            %s\n", strings.TrimRight(fmt.Sprintf("  %-9s %s", cmd.name, cmd.synopsis), " "), cmd.summary)
 	}
-	b.WriteString(`  help    print this help
+	b.WriteString(`  help      print this help
 
 Global flags, before or after the command:
-  -c, --collection NAME   the task collection (required)
+  -c, --collection NAME   the task collection (required but for dev, workers and version)
   --db NAME               the database (default $MSCHEDULER_DB, else "mscheduler")
   --uri URI               the connection string (default $MONGODB_URI)
   --connect-timeout D     how long to look for the server (default 5s)
+  --version               print the version
 
 "mscheduler <command> -h" lists the flags of a command.
 `)
@@ -159,4 +209,48 @@ func capitalize(s string) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// durationFlag is a duration that says, when it cannot be read, that a
+// unit is needed: "5" is not a duration, "5s" is.
+type durationFlag struct{ d *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return "0s"
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("must be a duration with a unit, like 500ms, 5s or 2m, got %q", v)
+	}
+	*f.d = d
+	return nil
+}
+
+// durationVar registers a durationFlag.
+func durationVar(fs *flag.FlagSet, p *time.Duration, name, usage string) {
+	fs.Var(durationFlag{p}, name, usage)
+}
+
+// timeFlag is an RFC 3339 time.
+type timeFlag struct{ t *time.Time }
+
+func (f timeFlag) String() string {
+	if f.t == nil || f.t.IsZero() {
+		return ""
+	}
+	return f.t.Format(time.RFC3339)
+}
+
+func (f timeFlag) Set(v string) error {
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return fmt.Errorf("must be an RFC 3339 time, like 2026-12-24T18:00:00Z, got %q", v)
+	}
+	*f.t = t
+	return nil
 }

@@ -66,6 +66,7 @@ type invalidJSON struct {
 
 // runJSON is a finished run, with the field names of the task document.
 type runJSON struct {
+	Key        string          `json:"key,omitempty"` // in history
 	RunID      string          `json:"run_id"`
 	WorkerID   string          `json:"worker_id"`
 	Outcome    string          `json:"outcome"`

@@ -25,6 +25,7 @@ func runList(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error
 	fs.Var(&tags, "tag", "only tasks with this `tag` (repeat: all must match)")
 	fs.Var(&statusNames, "status", "only tasks in this `status` (repeat: any may match)")
 	limit := fs.Int("limit", mscheduler.ListLimitDefault, "at most this many tasks")
+	after := fs.String("after", "", "only tasks whose key sorts after this `key`: the last key of the previous page")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	args, err := c.parseArgs(fs, args)
 	if err != nil {
@@ -36,14 +37,21 @@ func runList(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error
 	if *limit < 1 {
 		return usageErrorf("list: --limit must be at least 1, got %d", *limit)
 	}
-	opts := mscheduler.ListOpts{Tags: tags, Limit: *limit + 1} // one more tells whether the limit cut the list
+	opts := mscheduler.ListOpts{Tags: tags, Limit: *limit + 1, After: *after} // one more tells whether the limit cut the list
 	for _, s := range statusNames {
+		if s == "paused" {
+			opts.Paused = true
+			continue
+		}
 		if !slices.Contains(statuses, mscheduler.Status(s)) {
 			return usageErrorf("list: unknown --status %q: want one of %s", s, joinStatuses())
 		}
 		opts.Statuses = append(opts.Statuses, mscheduler.Status(s))
 	}
 	if err := c.connect(); err != nil {
+		return err
+	}
+	if err := c.mustExist(ctx); err != nil {
 		return err
 	}
 	tasks, err := c.producer.List(ctx, opts)
@@ -56,7 +64,7 @@ func runList(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error
 	}
 	if *asJSON {
 		if cut {
-			fmt.Fprintf(c.stderr, "mscheduler: list: more tasks match than the %d shown; raise --limit\n", *limit)
+			fmt.Fprintf(c.stderr, "mscheduler: list: more tasks match than the %d shown; read on with --after %s\n", *limit, tasks[len(tasks)-1].Task.Key)
 		}
 		return printListJSON(c, tasks)
 	}
@@ -88,7 +96,7 @@ func printTable(c *cli, tasks []info, cut bool) error {
 	}
 	summary := fmt.Sprintf("%d task%s", len(tasks), plural(len(tasks)))
 	if cut {
-		summary += " shown; more match: raise --limit"
+		summary += fmt.Sprintf(" shown; more match: read on with --after %s", tasks[len(tasks)-1].Task.Key)
 	}
 	if _, err := fmt.Fprintln(c.stdout, summary); err != nil {
 		return err
@@ -120,5 +128,5 @@ func joinStatuses() string {
 	for i, s := range statuses {
 		names[i] = string(s)
 	}
-	return strings.Join(names, ", ")
+	return strings.Join(append(names, "paused"), ", ")
 }

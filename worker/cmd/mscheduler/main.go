@@ -53,13 +53,24 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"list", "[--tag T]... [--status S]... [--limit N] [--json]", "list tasks by key", runList},
-		{"show", "KEY [--json]", "show one task", runShow},
+		{"list", "[--tag T]... [--status S]... [--limit N] [--after KEY] [--json]", "list tasks by key", runList},
+		{"show", "KEY [--full] [--json]", "show one task", runShow},
+		{"publish", "KEY [--params JSON] [--run-at T | --in D] [--plan SPEC] [options]", "publish a task", runPublish},
 		{"update", "KEY [update flags]", "change the options and metadata of a task", runUpdate},
 		{"pause", "KEY", "stop new runs of a task; runs going on finish", runPause},
 		{"resume", "KEY", "let a paused task run again", runResume},
 		{"skip", "KEY N", "skip the next N planned times of a task's plan (0 cancels)", runSkip},
-		{"migrate", "", "bring the collection to this build's schema version and create its indexes", runMigrate},
+		{"cancel", "KEY", "cancel a task and the runs it has going", runCancel},
+		{"retry", "KEY", "make a failed, cancelled or invalid task run again now", runRetry},
+		{"run-now", "KEY", "make a pending task (or a plan's current planned time) due now", runRunNow},
+		{"delete", "KEY [--force]", "delete a task (--force: even with runs going, cancelling them)", runDelete},
+		{"history", "[KEY] [--outcome O] [--worker W] [--since T] [--limit N] [--after C] [--json]", "list finished runs, newest first", runHistory},
+		{"wait", "KEY [--timeout D] [--json]", "wait until a task ends; exit 1 unless it succeeded", runWait},
+		{"stats", "[--json]", "count tasks by status, the oldest waiting, runs and failures of the last hour", runStats},
+		{"workers", "[--json]", "list the worker processes, live and stale", runWorkers},
+		{"migrate", "[--create]", "bring the collection to this build's schema version and create its indexes", runMigrate},
+		{"dev", "[--addr A] [--data DIR]", "run the development server for mongosh, Compass and the examples", runDev},
+		{"version", "", "print the version", runVersion},
 	}
 }
 
@@ -132,8 +143,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func (c *cli) dispatch(ctx context.Context, args []string) error {
 	top := newFlagSet("")
 	c.globals.register(top)
+	version := top.Bool("version", false, "print the version")
 	if err := top.Parse(args); err != nil {
 		return c.flagError(err, "", top)
+	}
+	if *version {
+		_, err := fmt.Fprintf(c.stdout, "mscheduler %s\n", mscheduler.Version)
+		return err
 	}
 	rest := top.Args()
 	if len(rest) == 0 {
@@ -158,13 +174,39 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 // connects on the first command, within the connect timeout.
 func (c *cli) connect() error {
 	c.globals.withDefaults()
+	if c.collection == "" && c.uri != "" {
+		return usageErrorf("no collection: give --collection (or -c)")
+	}
+	if err := c.connectDB(); err != nil {
+		return err
+	}
+	var err error
+	// Params are opaque here: bson.RawValue takes whatever a task stores.
+	c.producer, err = mscheduler.NewProducer[bson.RawValue](c.client.Database(c.db).Collection(c.collection), nil)
+	return err
+}
+
+// mustExist refuses a collection that does not exist: a mistyped -c would
+// otherwise list nothing, silently.
+func (c *cli) mustExist(ctx context.Context) error {
+	names, err := c.client.Database(c.db).ListCollectionNames(ctx, bson.D{{Key: "name", Value: c.collection}})
+	if err != nil {
+		return libraryError(err)
+	}
+	if len(names) == 0 {
+		return &opError{msg: fmt.Sprintf("collection %q does not exist in database %q (check -c and --db)", c.collection, c.db)}
+	}
+	return nil
+}
+
+// connectDB makes the client, for commands that need no collection.
+func (c *cli) connectDB() error {
+	c.globals.withDefaults()
 	switch {
 	case c.uri == "":
 		return usageErrorf("no server: set %s or --uri", worker.EnvURI)
 	case !strings.HasPrefix(c.uri, "mongodb://") && !strings.HasPrefix(c.uri, "mongodb+srv://"):
 		return usageErrorf("--uri must start with mongodb:// or mongodb+srv://")
-	case c.collection == "":
-		return usageErrorf("no collection: give --collection (or -c)")
 	case c.connectTimeout < 0:
 		return usageErrorf("--connect-timeout must be positive, got %s", c.connectTimeout)
 	}
@@ -176,8 +218,18 @@ func (c *cli) connect() error {
 		return fmt.Errorf("connect: %w", err)
 	}
 	c.client = client
-	// Params are opaque here: bson.RawValue takes whatever a task stores.
-	c.producer, err = mscheduler.NewProducer[bson.RawValue](client.Database(c.db).Collection(c.collection), nil)
+	return nil
+}
+
+func runVersion(_ context.Context, c *cli, fs *flag.FlagSet, args []string) error {
+	args, err := c.parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs("version", args); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(c.stdout, "mscheduler %s\n", mscheduler.Version)
 	return err
 }
 

@@ -17,6 +17,7 @@ import (
 // before workers that may not write indexes (worker.Config.SkipIndexes), or
 // to see what a start-up would do.
 func runMigrate(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error {
+	create := fs.Bool("create", false, "create the collection if it does not exist (without it, a mistyped name is an error)")
 	args, err := c.parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -26,6 +27,11 @@ func runMigrate(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 	}
 	if err := c.connect(); err != nil {
 		return err
+	}
+	if !*create {
+		if err := c.mustExist(ctx); err != nil {
+			return err
+		}
 	}
 	coll := c.client.Database(c.db).Collection(c.collection)
 	before, err := storedSchema(ctx, coll)

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+)
+
+func runHistory(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error {
+	var f mscheduler.RunFilter
+	var outcome string
+	fs.StringVar(&outcome, "outcome", "", "only runs with this `outcome` (succeeded, failed, expired, released, revoked, cancelled)")
+	fs.StringVar(&f.WorkerID, "worker", "", "only runs of this worker `id`")
+	fs.Var(timeFlag{&f.Since}, "since", "only runs that finished at or after this `time`, RFC 3339")
+	fs.Var(timeFlag{&f.Until}, "until", "only runs that finished before this `time`, RFC 3339")
+	fs.StringVar(&f.After, "after", "", "the `cursor` a previous page printed, to read on")
+	fs.IntVar(&f.Limit, "limit", 20, "runs per page")
+	asJSON := fs.Bool("json", false, "print a JSON object: the runs and the next cursor")
+	args, err := c.parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	switch len(args) {
+	case 0:
+	case 1:
+		f.Key = args[0]
+	default:
+		return usageErrorf("history: want [KEY], got %d arguments", len(args))
+	}
+	if f.Limit < 1 || f.Limit > mscheduler.RunsLimitMax {
+		return usageErrorf("history: --limit must be from 1 to %d, got %d", mscheduler.RunsLimitMax, f.Limit)
+	}
+	f.Outcome = mscheduler.Outcome(outcome)
+	if err := c.connect(); err != nil {
+		return err
+	}
+	if err := c.mustExist(ctx); err != nil {
+		return err
+	}
+	page, err := c.producer.Runs(ctx, f)
+	if err != nil {
+		return libraryError(err)
+	}
+	if *asJSON {
+		runs := runsJSON(page.Runs)
+		for i := range runs {
+			runs[i].Key = page.Runs[i].Key
+		}
+		return writeJSON(c, struct {
+			Runs []runJSON `json:"runs"`
+			Next string    `json:"next,omitempty"`
+		}{runs, page.Next})
+	}
+	w := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "FINISHED\tKEY\tOUTCOME\tWORKER\tATTEMPTS\tTOOK\tRUN\tERROR")
+	for _, r := range page.Runs {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", timeText(r.Finished), cell(r.Key), r.Outcome, cell(r.WorkerID), r.Attempts,
+			r.Finished.Sub(r.Started).Round(time.Millisecond), r.RunID, truncate(cell(r.Error), descriptionWidth))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	summary := fmt.Sprintf("%d run%s, newest first", len(page.Runs), plural(len(page.Runs)))
+	if page.Next != "" {
+		summary += "; more with --after " + page.Next
+	}
+	_, err = fmt.Fprintln(c.stdout, summary)
+	return err
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+)
+
+func runWorkers(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error {
+	asJSON := fs.Bool("json", false, "print a JSON array")
+	args, err := c.parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs("workers", args); err != nil {
+		return err
+	}
+	if err := c.connectDB(); err != nil {
+		return err
+	}
+	ws, err := mscheduler.ListWorkers(ctx, c.client.Database(c.db))
+	if err != nil {
+		return libraryError(err)
+	}
+	if *asJSON {
+		type workerJSON struct {
+			mscheduler.WorkerInfo
+			ID    string `json:"id"`
+			Stale bool   `json:"stale"`
+		}
+		out := make([]workerJSON, len(ws))
+		for i, w := range ws {
+			out[i] = workerJSON{WorkerInfo: w, ID: w.ID, Stale: w.Stale}
+		}
+		return writeJSON(c, out)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tHOST\tPID\tVERSION\tRUNNING\tCOLLECTIONS\tGROUPS\tLAST SEEN\tSTARTED")
+	live := 0
+	for _, w := range ws {
+		state := "live"
+		if w.Stale {
+			state = "stale"
+		} else {
+			live++
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", cell(w.ID), state, cell(w.Host), w.PID, w.Version, w.Running, w.Capacity,
+			orText(strings.Join(w.Collections, ","), "-"), orText(strings.Join(w.Groups, ","), "-"), timeText(w.LastSeen), timeText(w.StartedAt))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(c.stdout, "%d worker%s: %d live, %d stale (no heartbeat for %d intervals)\n", len(ws), plural(len(ws)), live, len(ws)-live, mscheduler.StaleAfterBeats)
+	return err
+}
+
