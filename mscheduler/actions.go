@@ -132,6 +132,9 @@ func (p *Producer[P]) Delete(ctx context.Context, key string, opts *DeleteOpts) 
 				return err
 			}
 		}
+		if err := p.logBeforeDelete(ctx, key); err != nil {
+			return err
+		}
 		res, err := p.coll.DeleteOne(ctx, bson.D{{Key: fID, Value: key}, revFence(doc.Rev)})
 		if err != nil {
 			return fmt.Errorf("mscheduler: delete %q: %w", key, err)
@@ -141,6 +144,22 @@ func (p *Producer[P]) Delete(ctx context.Context, key string, opts *DeleteOpts) 
 		}
 	}
 	return fmt.Errorf("mscheduler: delete %q: the task kept changing; try again", key)
+}
+
+// logBeforeDelete writes the history records the task still marks as
+// unlogged: deleting it would lose the marks.
+func (p *Producer[P]) logBeforeDelete(ctx context.Context, key string) error {
+	var t unloggedTask
+	err := p.coll.FindOne(ctx, bson.D{{Key: fID, Value: key}, {Key: fUnlogged, Value: op("$gt", bson.D{})}},
+		options.FindOne().SetProjection(bson.D{{Key: fUnlogged, Value: 1}, {Key: fRuns, Value: 1}, {Key: fInvalid, Value: 1}})).Decode(&t)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("mscheduler: delete %q: %w", key, err)
+	}
+	_, err = writeUnloggedOf(ctx, p.coll, []unloggedTask{t}, p.cfg.Retention, p.clock.Now())
+	return err
 }
 
 // cancelAndWait cancels a task with runs going and waits, up to three ping
@@ -176,7 +195,7 @@ func (p *Producer[P]) DeleteFinished(ctx context.Context, olderThan time.Duratio
 	if err := p.clock.ensure(ctx, p.coll.Database()); err != nil {
 		return 0, err
 	}
-	filter := bson.D{{Key: fStatus, Value: op("$in", finalStatuses)}, {Key: fUpdatedAt, Value: op("$lt", p.clock.Now().Add(-olderThan))}}
+	filter := bson.D{{Key: fStatus, Value: op("$in", finalStatuses)}, {Key: fUpdatedAt, Value: op("$lt", p.clock.Now().Add(-olderThan))}, allLogged}
 	return deleteInBatches(ctx, p.coll, filter)
 }
 

@@ -93,6 +93,53 @@ func pullLogged(ctx context.Context, coll *mongo.Collection, logged map[string][
 	return nil
 }
 
+// allLogged selects tasks whose every ended run has its history record:
+// deletes keep the others until their records are written.
+var allLogged = bson.E{Key: fUnlogged, Value: op("$not", op("$gt", bson.D{}))}
+
+// unloggedTask is a task with ended runs whose history records may not be
+// written yet: their ids (unlogged) and the records the task keeps.
+type unloggedTask struct {
+	ID       string       `bson:"_id"`
+	Unlogged bson.Raw     `bson:"unlogged"`
+	Runs     []bson.Raw   `bson:"runs"`
+	Invalid  *invalidNote `bson:"invalid"`
+}
+
+// writeUnloggedOf writes the history records that tasks mark as unlogged,
+// from the records the tasks keep, and removes the marks. It returns how
+// many it wrote.
+func writeUnloggedOf(ctx context.Context, coll *mongo.Collection, tasks []unloggedTask, retention Retention, now time.Time) (int, error) {
+	var docs []historyDoc
+	logged := map[string][]string{}
+	for _, t := range tasks {
+		kept := map[string]runRecord{}
+		for _, raw := range t.Runs {
+			var r runRecord
+			if bson.Unmarshal(raw, &r) == nil {
+				kept[r.RunID] = r
+			}
+		}
+		if t.Invalid != nil && t.Invalid.Run != nil {
+			kept[t.Invalid.Run.RunID] = *t.Invalid.Run
+		}
+		elems, _ := t.Unlogged.Elements()
+		for _, e := range elems {
+			id := e.Key()
+			r, ok := kept[id]
+			if !ok { // the task no longer keeps it (RunsKept): say what is known
+				r = runRecord{RunID: id, Finished: now, Outcome: "unknown", Error: "the run's record was no longer kept on its task when its history record was written"}
+			}
+			docs = append(docs, newHistoryDoc(t.ID, r, retention))
+			logged[t.ID] = append(logged[t.ID], id)
+		}
+	}
+	if err := insertHistory(ctx, historyCollection(coll), docs); err != nil {
+		return 0, err
+	}
+	return len(docs), pullLogged(ctx, coll, logged)
+}
+
 // RunFilter selects run records for Producer.Runs. Empty fields select
 // everything.
 type RunFilter struct {

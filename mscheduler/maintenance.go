@@ -131,7 +131,7 @@ func hasTTL(ctx context.Context, coll *mongo.Collection) (bool, error) {
 // deleteExpired deletes, in a few bounded batches, the documents whose
 // expire_at has passed (served by the expire index).
 func deleteExpired(ctx context.Context, coll *mongo.Collection, now time.Time) (int64, error) {
-	filter := bson.D{{Key: fExpireAt, Value: op("$lte", now)}}
+	filter := bson.D{{Key: fExpireAt, Value: op("$lte", now)}, allLogged}
 	var total int64
 	for range maintenanceBatches {
 		n, err := deleteBatchOnce(ctx, coll, filter)
@@ -152,41 +152,9 @@ func (c *Consumer[P, R]) writeUnlogged(ctx context.Context, now time.Time) (int,
 	if err != nil {
 		return 0, fmt.Errorf("mscheduler: find unwritten run history: %w", err)
 	}
-	var tasks []struct {
-		ID       string       `bson:"_id"`
-		Unlogged bson.Raw     `bson:"unlogged"`
-		Runs     []bson.Raw   `bson:"runs"`
-		Invalid  *invalidNote `bson:"invalid"`
-	}
+	var tasks []unloggedTask
 	if err := cur.All(ctx, &tasks); err != nil {
 		return 0, fmt.Errorf("mscheduler: find unwritten run history: %w", err)
 	}
-	var docs []historyDoc
-	logged := map[string][]string{}
-	for _, t := range tasks {
-		kept := map[string]runRecord{}
-		for _, raw := range t.Runs {
-			var r runRecord
-			if bson.Unmarshal(raw, &r) == nil {
-				kept[r.RunID] = r
-			}
-		}
-		if t.Invalid != nil && t.Invalid.Run != nil {
-			kept[t.Invalid.Run.RunID] = *t.Invalid.Run
-		}
-		elems, _ := t.Unlogged.Elements()
-		for _, e := range elems {
-			id := e.Key()
-			r, ok := kept[id]
-			if !ok { // the task no longer keeps it (RunsKept): say what is known
-				r = runRecord{RunID: id, Finished: now, Outcome: "unknown", Error: "the run's record was no longer kept on its task when its history record was written"}
-			}
-			docs = append(docs, newHistoryDoc(t.ID, r, c.cfg.Retention))
-			logged[t.ID] = append(logged[t.ID], id)
-		}
-	}
-	if err := insertHistory(ctx, historyCollection(c.coll), docs); err != nil {
-		return 0, err
-	}
-	return len(docs), pullLogged(ctx, c.coll, logged)
+	return writeUnloggedOf(ctx, c.coll, tasks, c.cfg.Retention, now)
 }

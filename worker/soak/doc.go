@@ -35,8 +35,9 @@
 //	end KEY RUN WORKER OUTCOME UNIX_NANO
 //
 // The soak polls the collection every 500 ms until every task is final. Then
-// it stops the workers with SIGTERM and checks the task documents and the
-// handler logs:
+// it waits for the run history to be complete, stops the workers with
+// SIGTERM and checks the task documents, the run history and the handler
+// logs:
 //
 //  1. every task is in its expected final state: succeeded, failed for the
 //     always-failing ones, finished with plan.runs + plan.skipped == Repeat
@@ -60,7 +61,12 @@
 //     free == concurrency - running - succeeded, every run in the handler
 //     logs is recorded, a run that never logged its end is recorded expired
 //     or released, and a run recorded succeeded or failed is one whose
-//     handler logged that outcome last.
+//     handler logged that outcome last;
+//  6. the run history collection holds every run the tasks recorded, once,
+//     with the same outcome, and nothing else (before stopping the workers,
+//     the soak waits until no task marks a run whose history record is
+//     not written yet: those of killed workers are written by the
+//     maintenance lease holder).
 //
 // It ends with a summary: tasks by final state, runs by outcome, kills,
 // server restarts, duration and seed, and how far expired runs' handlers went

@@ -70,19 +70,22 @@ func (m mix) total() int {
 }
 
 const (
-	workers       = 4
-	skewedSlot    = workers - 1 // this slot's clock is always 30 s fast
-	clockSkew     = 30 * time.Second
-	killEvery     = 2 * time.Second // plus up to killJitter
-	killJitter    = 2 * time.Second
-	faultTail     = 15 * time.Second // kills go on this long past the last wave's window
-	pollEvery     = 500 * time.Millisecond
-	readyTimeout  = 2 * time.Minute
-	stopTimeout   = time.Minute
-	opTimeout     = 30 * time.Second
-	archiveBatch  = 200
-	soakDatabase  = "mscheduler_soak"
-	serverStartup = 15 * time.Minute // a first build of the development server takes minutes
+	workers      = 4
+	skewedSlot   = workers - 1 // this slot's clock is always 30 s fast
+	clockSkew    = 30 * time.Second
+	killEvery    = 2 * time.Second // plus up to killJitter
+	killJitter   = 2 * time.Second
+	faultTail    = 15 * time.Second // kills go on this long past the last wave's window
+	pollEvery    = 500 * time.Millisecond
+	readyTimeout = 2 * time.Minute
+	stopTimeout  = time.Minute
+	opTimeout    = 30 * time.Second
+	// historyDeadline bounds the wait for the history records left by
+	// killed workers (written by the maintenance pass after 10 s).
+	historyDeadline = time.Minute
+	archiveBatch    = 200
+	soakDatabase    = "mscheduler_soak"
+	serverStartup   = 15 * time.Minute // a first build of the development server takes minutes
 	// soakLease is the lease of the slow and concurrency-2 tasks: short, so
 	// that killed runs are taken over fast, yet well above the latency of
 	// the development server's commands when CI loads both CPUs (a ping
@@ -370,6 +373,7 @@ func TestSoak(t *testing.T) {
 	r := &run{t: t, m: m, rng: rng, coll: coll, producer: producer, pool: pool, srv: srv, specs: specs,
 		waves: slices.Collect(slices.Chunk(tasks, (len(tasks)+m.waves-1)/m.waves)), archived: map[string]*storedTask{}}
 	r.loop()
+	r.waitHistoryWritten()
 
 	// Every task is final: stop the workers gracefully, all at once.
 	var wg sync.WaitGroup
@@ -405,7 +409,7 @@ func TestSoak(t *testing.T) {
 	if err != nil {
 		t.Fatalf("handler logs: %v", err)
 	}
-	v := &verifier{t: t, specs: specs, docs: docs, runs: runs, workers: incarnations}
+	v := &verifier{t: t, specs: specs, docs: docs, runs: runs, workers: incarnations, history: readHistory(t, coll)}
 	sum := v.verify()
 	sum.log(t, r.faults, time.Since(began), seed, len(pool.incarnations()), len(r.archived))
 }
@@ -562,10 +566,11 @@ func (r *run) loop() {
 
 // liveTask is what a poll reads of a task.
 type liveTask struct {
-	Key     string         `bson:"key"`
-	Status  string         `bson:"status"`
-	Running int            `bson:"running"`
-	Holders map[string]any `bson:"holders"`
+	Key      string         `bson:"key"`
+	Status   string         `bson:"status"`
+	Running  int            `bson:"running"`
+	Holders  map[string]any `bson:"holders"`
+	Unlogged map[string]any `bson:"unlogged"` // runs whose history record is not written yet
 }
 
 type liveTasks []liveTask
@@ -578,13 +583,33 @@ func (l liveTasks) counts() statuses {
 	return out
 }
 
+// waitHistoryWritten waits until no task marks a run whose history record
+// is not written yet: the killed workers' marks are the maintenance lease
+// holder's to finish.
+func (r *run) waitHistoryWritten() {
+	deadline := time.Now().Add(historyDeadline)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		n, err := r.coll.CountDocuments(ctx, bson.D{{Key: "unlogged", Value: bson.D{{Key: "$gt", Value: bson.D{}}}}})
+		cancel()
+		if err == nil && n == 0 {
+			r.t.Logf("t+%s: every run's history record written", r.since())
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("%d tasks still mark runs whose history record is not written, %s after every task was final (%v)", n, historyDeadline, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 // poll reads the status of every task in the collection, and archives the
 // final ones when the mix says so.
 func (r *run) poll() (liveTasks, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	cur, err := r.coll.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{
-		{Key: "key", Value: 1}, {Key: "status", Value: 1}, {Key: "running", Value: 1}, {Key: "holders", Value: 1}}))
+		{Key: "key", Value: 1}, {Key: "status", Value: 1}, {Key: "running", Value: 1}, {Key: "holders", Value: 1}, {Key: "unlogged", Value: 1}}))
 	if err != nil {
 		return nil, err
 	}
@@ -602,7 +627,7 @@ func (r *run) poll() (liveTasks, error) {
 	var kept liveTasks
 	var done bson.A
 	for _, d := range live {
-		if isFinal(d.Status) && d.Running == 0 && len(d.Holders) == 0 && len(done) < archiveBatch {
+		if isFinal(d.Status) && d.Running == 0 && len(d.Holders) == 0 && len(d.Unlogged) == 0 && len(done) < archiveBatch {
 			done = append(done, d.Key)
 		} else {
 			kept = append(kept, d)

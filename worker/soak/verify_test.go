@@ -178,8 +178,9 @@ type verifier struct {
 	t       testing.TB
 	specs   map[string]spec
 	docs    map[string]*storedTask
-	runs    map[string]*logRun // from the handler logs, by run id
-	workers map[string]bool    // every worker incarnation started
+	runs    map[string]*logRun       // from the handler logs, by run id
+	workers map[string]bool          // every worker incarnation started
+	history map[string]historyRecord // the run history collection, by run id
 
 	records  map[string]storedRun // every run record, by run id
 	failures map[string]int       // per check
@@ -261,6 +262,7 @@ func (v *verifier) verify() summary {
 		}
 	}
 	v.checkNothingLost()
+	v.checkHistory()
 	sum.checks = v.failures
 	return sum
 }
@@ -583,6 +585,56 @@ func (v *verifier) checkNothingLost() {
 			v.fail(check, "run %s of %s (worker %s, ended %v) is in the handler logs but recorded nowhere", id, lr.key, lr.worker, lr.ended())
 		case !lr.ended() && rec.Outcome != "expired" && rec.Outcome != "released":
 			v.fail(check, "run %s of %s never logged its end, but is recorded %s", id, lr.key, rec.Outcome)
+		}
+	}
+}
+
+// historyRecord is a run in the history collection.
+type historyRecord struct {
+	Key     string `bson:"key"`
+	RunID   string `bson:"run_id"`
+	Outcome string `bson:"outcome"`
+}
+
+func readHistory(t *testing.T, coll *mongo.Collection) map[string]historyRecord {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cur, err := coll.Database().Collection(coll.Name()+".runs").Find(ctx, bson.D{})
+	if err != nil {
+		t.Fatalf("read run history: %v", err)
+	}
+	var recs []historyRecord
+	if err := cur.All(ctx, &recs); err != nil {
+		t.Fatalf("read run history: %v", err)
+	}
+	out := make(map[string]historyRecord, len(recs))
+	for _, r := range recs {
+		out[r.RunID] = r // _id is the run id: a record is never there twice
+	}
+	return out
+}
+
+// 6. The run history holds every run the tasks recorded, once, with the
+// same outcome, and nothing else.
+func (v *verifier) checkHistory() {
+	const check = "6 history"
+	for _, key := range slices.Sorted(maps.Keys(v.docs)) {
+		for _, r := range v.docs[key].Runs {
+			h, ok := v.history[r.RunID]
+			switch {
+			case !ok:
+				v.fail(check, "run %s of %s (%s) has no history record", r.RunID, key, r.Outcome)
+			case h.Outcome != r.Outcome || h.Key != key:
+				v.fail(check, "run %s of %s (%s) is in the history as %s of %s", r.RunID, key, r.Outcome, h.Outcome, h.Key)
+			}
+		}
+	}
+	if len(v.history) != len(v.records) {
+		for id, h := range v.history {
+			if _, ok := v.records[id]; !ok {
+				v.fail(check, "history record %s (%s of %s) matches no run of a task", id, h.Outcome, h.Key)
+			}
 		}
 	}
 }

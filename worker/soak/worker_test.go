@@ -139,6 +139,9 @@ func runWorkerOnce(stopped context.Context, id string, skew, sweep time.Duration
 		PollInterval:  workerPollInterval,
 		SweepInterval: sweep,
 		RunsKept:      workerRunsKept,
+		// The history records of killed workers' runs are written by the
+		// maintenance lease holder; the soak waits for them at the end.
+		MaintenanceInterval: time.Second,
 	}
 	if skew != 0 {
 		cfg.Clock = func() time.Time { return time.Now().Add(skew) }
