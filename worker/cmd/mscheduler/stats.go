@@ -57,4 +57,3 @@ func runStats(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) erro
 	fmt.Fprintf(w, "last hour:\t%d run%s ended, %d failed or expired\n", s.RunsLastHour, plural(int(s.RunsLastHour)), s.FailuresLastHour)
 	return w.Flush()
 }
-

@@ -57,4 +57,3 @@ func runWorkers(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 	_, err = fmt.Fprintf(c.stdout, "%d worker%s: %d live, %d stale (no heartbeat for %d intervals)\n", len(ws), plural(len(ws)), live, len(ws)-live, mscheduler.StaleAfterBeats)
 	return err
 }
-
