@@ -20,7 +20,7 @@ type Stats struct {
 	// ByStatus counts the tasks in each status.
 	ByStatus map[Status]int64
 	// OldestDue is the run_at of the claimable task that has waited
-	// longest (due, not paused); zero when none waits.
+	// longest (due, a slot free, not paused); zero when none waits.
 	OldestDue time.Time
 	// RunsLastHour and FailuresLastHour count the runs that ended in the
 	// last hour, and those of them that failed or expired (from the run
@@ -47,7 +47,10 @@ func (p *Producer[P]) Stats(ctx context.Context) (*Stats, error) {
 	var oldest struct {
 		RunAt time.Time `bson:"run_at"`
 	}
-	err = p.coll.FindOne(qctx, bson.D{{Key: fStatus, Value: op("$in", claimableStatuses)}, {Key: fRunAt, Value: op("$lte", now)}, {Key: fPaused, Value: op("$ne", true)}},
+	waiting := bson.D{{Key: fStatus, Value: op("$in", claimableStatuses)}, {Key: fRunAt, Value: op("$lte", now)},
+		{Key: fFree, Value: op("$gt", 0)},
+		{Key: fPaused, Value: op("$ne", true)}}
+	err = p.coll.FindOne(qctx, waiting,
 		options.FindOne().SetSort(bson.D{{Key: fRunAt, Value: 1}}).SetProjection(bson.D{{Key: fRunAt, Value: 1}})).Decode(&oldest)
 	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, fmt.Errorf("mscheduler: stats: %w", err)

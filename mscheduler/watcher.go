@@ -48,7 +48,7 @@ func (c *Consumer[P, R]) openStream(ctx context.Context) (*mongo.ChangeStream, e
 		if c.cfg.Discovery == DiscoveryChangeStream {
 			return nil, fmt.Errorf("mscheduler: open change stream (Discovery is change_stream): %w", err)
 		}
-		c.log.Info("no change streams on this server; polling", "poll_interval", c.cfg.PollInterval, "reason", err)
+		c.log.Info("no change streams on this server; polling", "poll_interval", c.cfg.PollInterval.String(), "reason", err)
 		return nil, nil
 	}
 	c.watching.open.Store(true)

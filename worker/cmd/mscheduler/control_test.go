@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -36,8 +37,22 @@ func TestSkip(t *testing.T) {
 	if r := f.run("skip", "report-hourly", "2").wantOK(t); r.stdout != "skipping 2 planned times of report-hourly\n" {
 		t.Errorf("skip printed %q", r.stdout)
 	}
-	if n := f.get("report-hourly").Plan.SkipNext; n != 2 {
+	skipped := f.get("report-hourly")
+	if n := skipped.Plan.SkipNext; n != 2 {
 		t.Fatalf("skip_next %d, want 2", n)
+	}
+	// list and show give the first planned time that will run, not the
+	// stored run_at where the plan wakes to skip.
+	want := timeText(skipped.Plan.Upcoming[0])
+	if !skipped.Plan.Upcoming[0].After(skipped.Task.RunAt) {
+		t.Fatalf("upcoming %s not after run_at %s", want, timeText(skipped.Task.RunAt))
+	}
+	_, rows, _ := table(t, f.run("list", "--tag", "report").wantOK(t).stdout)
+	if len(rows) != 1 || !slices.Contains(rows[0], want) {
+		t.Errorf("list rows %q, want next run %s", rows, want)
+	}
+	if !strings.Contains(f.run("show", "report-hourly").wantOK(t).stdout, "next run:        "+want+"\n") {
+		t.Errorf("show does not give next run %s", want)
 	}
 	f.run("skip", "report-hourly", "0").wantOK(t)
 	if n := f.get("report-hourly").Plan.SkipNext; n != 0 {

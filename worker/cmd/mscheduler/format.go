@@ -265,10 +265,17 @@ func statusText(ti *info) string {
 // next run, whatever run_at still says.
 func nextRunText(ti *info) string {
 	switch {
-	case ti.Status == mscheduler.StatusSucceeded, ti.Status == mscheduler.StatusFailed, ti.Status == mscheduler.StatusFinished:
+	case ti.Status == mscheduler.StatusSucceeded, ti.Status == mscheduler.StatusFailed, ti.Status == mscheduler.StatusFinished,
+		ti.Status == mscheduler.StatusCancelled:
 		return "-"
 	case ti.Problem != "":
 		return "never, until repaired"
+	case ti.Plan != nil && ti.Plan.SkipNext > 0:
+		// run_at is where the plan wakes to skip; people want the run after.
+		if len(ti.Plan.Upcoming) == 0 {
+			return "never, all skipped"
+		}
+		return timeText(ti.Plan.Upcoming[0])
 	}
 	return timeText(ti.Task.RunAt)
 }

@@ -17,7 +17,7 @@ const descriptionWidth = 40
 
 var statuses = []mscheduler.Status{
 	mscheduler.StatusPending, mscheduler.StatusRunning, mscheduler.StatusSucceeded,
-	mscheduler.StatusFailed, mscheduler.StatusFinished, mscheduler.StatusInvalid,
+	mscheduler.StatusFailed, mscheduler.StatusFinished, mscheduler.StatusCancelled, mscheduler.StatusInvalid,
 }
 
 func runList(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error {

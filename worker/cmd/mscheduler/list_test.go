@@ -101,7 +101,7 @@ func TestListFilters(t *testing.T) {
 		{[]string{"--tag", "nobody"}, nil, "0 tasks"},
 		{[]string{"--status", "finished"}, nil, "0 tasks"},
 		{[]string{"--status", "failed", "--status", "pending", "--tag", "report"}, []string{"report-hourly"}, "1 task"},
-		{[]string{"--limit", "2"}, []string{"report-hourly", "welcome-1"}, "2 tasks shown; more match: raise --limit"},
+		{[]string{"--limit", "2"}, []string{"report-hourly", "welcome-1"}, "2 tasks shown; more match: read on with --after welcome-1"},
 		{[]string{"--limit", "3"}, []string{"report-hourly", "welcome-1", "welcome-2"}, "3 tasks"},
 	}
 	for _, tc := range cases {
@@ -215,7 +215,7 @@ func TestListJSONLimit(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got) != 1 || r.code != 0 {
 		t.Fatalf("exit %d, %d tasks, %v; want 1 task", r.code, len(got), err)
 	}
-	if !strings.Contains(r.stderr, "raise --limit") || strings.Count(r.stderr, "\n") != 1 {
+	if !strings.Contains(r.stderr, "read on with --after report-hourly") || strings.Count(r.stderr, "\n") != 1 {
 		t.Errorf("stderr %q, want one line saying the limit cut the list", r.stderr)
 	}
 }

@@ -191,7 +191,7 @@ func (c *cli) connect() error {
 func (c *cli) mustExist(ctx context.Context) error {
 	names, err := c.client.Database(c.db).ListCollectionNames(ctx, bson.D{{Key: "name", Value: c.collection}})
 	if err != nil {
-		return libraryError(err)
+		return &opError{msg: fmt.Sprintf("reach the server: %v", err), err: err}
 	}
 	if len(names) == 0 {
 		return &opError{msg: fmt.Sprintf("collection %q does not exist in database %q (check -c and --db)", c.collection, c.db)}

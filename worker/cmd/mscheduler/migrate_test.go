@@ -43,11 +43,11 @@ func TestMigrate(t *testing.T) {
 	run("migrate").wantError(t, exitError, "schema version 3", "reads up to version 2")
 }
 
-// TestMigrateNewCollection: an empty collection is stamped and indexed.
+// TestMigrateNewCollection: with --create, a new collection is stamped and indexed.
 func TestMigrateNewCollection(t *testing.T) {
 	t.Parallel()
 	coll := mschedulertest.Collection(t)
-	r := runCommand(t, serverEnv(), "--db", mschedulertest.Database, "-c", coll.Name(), "migrate").wantOK(t)
+	r := runCommand(t, serverEnv(), "--db", mschedulertest.Database, "-c", coll.Name(), "migrate", "--create").wantOK(t)
 	if r.stdout != coll.Name()+": new collection, stamped schema version 2; indexes created\n" {
 		t.Errorf("migrate printed %q", r.stdout)
 	}
