@@ -105,7 +105,7 @@ type PublishOpts struct {
 	// SkipRunning leaves a task that has a run going untouched by
 	// UpdateParams and MoveRunAt.
 	SkipRunning bool
-	// ResetFinished makes a succeeded, failed or finished task with no run
+	// ResetFinished makes a succeeded, failed, finished or cancelled task with no run
 	// going pending again, with the published params, options and plan (a
 	// plan starts over from the publish time), so that it runs again. Its
 	// run history is kept.

@@ -3,10 +3,13 @@ package mscheduler_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
 	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
@@ -72,5 +75,46 @@ func TestStats(t *testing.T) {
 	}
 	if d := time.Since(s.At); d < -time.Minute || d > time.Minute {
 		t.Errorf("At = %v, not the server's present", s.At)
+	}
+}
+
+// TestStatsQueriesAreBounded: every query of Stats on the tasks and their
+// history carries maxTimeMS, so that a count on a large collection cannot
+// load the server for long.
+func TestStatsQueriesAreBounded(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	var mu sync.Mutex
+	var counting bool
+	var queries, bounded int
+	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !counting {
+			return
+		}
+		switch target, _ := e.Command.Lookup(e.CommandName).StringValueOK(); target {
+		case coll.Name(), coll.Name() + ".runs":
+		default:
+			return
+		}
+		queries++
+		if v, err := e.Command.LookupErr("maxTimeMS"); err == nil {
+			if ms, ok := v.AsInt64OK(); ok && ms > 0 && ms <= mscheduler.StatsTimeout.Milliseconds() {
+				bounded++
+			}
+		}
+	}}
+	own := mschedulertest.NewClient(t, options.Client().SetMonitor(monitor)).Database(coll.Database().Name()).Collection(coll.Name())
+	p := newProducer[int](t, own, nil)
+	mu.Lock()
+	counting = true
+	mu.Unlock()
+	if _, err := p.Stats(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if queries == 0 || bounded != queries {
+		t.Errorf("%d of %d queries carry a maxTimeMS within StatsTimeout", bounded, queries)
 	}
 }

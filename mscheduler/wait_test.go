@@ -12,7 +12,7 @@ import (
 
 // TestWait: Wait returns once a task succeeds (with its result), fails
 // (with its error) or is cancelled; it returns ErrNotFound for an unknown
-// key and the context's error when its deadline passes first.
+// or deleted key and the context's error when its deadline passes first.
 func TestWait(t *testing.T) {
 	coll := mschedulertest.Collection(t)
 	p := newProducer[string](t, coll, nil)
@@ -64,6 +64,18 @@ func TestWait(t *testing.T) {
 	defer cancel()
 	if _, err := p.Wait(short, "later"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait(later) = %v, want the deadline", err)
+	}
+	// A task deleted while waited for ends the wait with ErrNotFound.
+	deleted := make(chan error, 1)
+	go func() {
+		_, err := p.Wait(ctxT(t), "later")
+		deleted <- err
+	}()
+	if err := p.Delete(ctxT(t), "later", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-deleted; !errors.Is(err, mscheduler.ErrNotFound) {
+		t.Fatalf("Wait(later) while it was deleted = %v, want ErrNotFound", err)
 	}
 }
 
