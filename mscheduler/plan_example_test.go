@@ -161,3 +161,19 @@ func ExamplePlan_Upcoming() {
 	// 2026-03-09 08:30 UTC
 	// 2026-03-16 08:30 UTC
 }
+
+// String says when a plan runs, as the operator command and the dashboard
+// show it.
+func ExamplePlan_String() {
+	weekly := mscheduler.Weekly(time.Monday, 9, 30)
+	weekly.Zone = "Europe/Berlin"
+	fmt.Println(mscheduler.Every(15, mscheduler.Minute))
+	fmt.Println(weekly)
+	fmt.Println(mscheduler.Monthly(-1, 18, 0))
+	fmt.Println(mscheduler.Cron("0 7 * * 1-5"))
+	// Output:
+	// every 15 minutes
+	// weekly on Monday at 09:30:00 Europe/Berlin
+	// monthly on the day before the last at 18:00:00
+	// cron "0 7 * * 1-5"
+}

@@ -152,7 +152,7 @@ func newTaskJSON(ti *info) *taskJSON {
 
 func newPlanJSON(p *mscheduler.Plan, st *mscheduler.PlanInfo) *planJSON {
 	out := &planJSON{
-		Kind: string(p.Kind), Spec: planSpec(p), At: p.At.UTC(), Every: p.Every, Unit: string(p.Unit), Cron: p.Cron,
+		Kind: string(p.Kind), Spec: p.String(), At: p.At.UTC(), Every: p.Every, Unit: string(p.Unit), Cron: p.Cron,
 		Zone: cmp.Or(p.Zone, "UTC"), Repeat: p.Repeat, Start: p.Start.UTC(), End: p.End.UTC(),
 		Missed: string(cmp.Or(p.Missed, mscheduler.MissedSkip)), Overrun: string(p.Overrun),
 		GraceMS: cmp.Or(p.Grace, mscheduler.GraceDefault).Milliseconds(),
@@ -194,44 +194,6 @@ func valueJSON(v bson.RawValue) json.RawMessage {
 		return msg
 	}
 	return wrapped.V
-}
-
-// planSpec says when a plan runs, in words: "every 15 minutes",
-// "weekly on Monday at 09:30:00 America/New_York".
-func planSpec(p *mscheduler.Plan) string {
-	var s string
-	switch p.Kind {
-	case mscheduler.PlanOnce:
-		s = "once at " + timeText(p.At)
-	case mscheduler.PlanEvery:
-		s = fmt.Sprintf("every %d %s%s", p.Every, p.Unit, plural(p.Every))
-	case mscheduler.PlanWeekly:
-		s = fmt.Sprintf("weekly on %s at %s", p.Weekday, p.Time)
-	case mscheduler.PlanMonthly:
-		s = fmt.Sprintf("monthly on %s at %s", monthDay(p.Day), p.Time)
-	case mscheduler.PlanCron:
-		s = fmt.Sprintf("cron %q", p.Cron)
-	default:
-		s = string(p.Kind)
-	}
-	if p.Zone != "" && p.Zone != "UTC" {
-		s += " " + p.Zone
-	}
-	return s
-}
-
-// monthDay reads Plan.Day: 1…31, 0 for the last day, below 0 counted back
-// from it.
-func monthDay(day int) string {
-	switch {
-	case day == 0:
-		return "the last day"
-	case day == -1:
-		return "the day before the last"
-	case day < 0:
-		return fmt.Sprintf("%d days before the last", -day)
-	}
-	return fmt.Sprintf("day %d", day)
 }
 
 // repeatText reads Plan.Repeat: 0 runs once, N > 0 N times.

@@ -1,0 +1,220 @@
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+)
+
+// scheduleRow is a recurring task on the schedules page.
+type scheduleRow struct {
+	Key, Spec     string
+	Next          time.Time
+	Status        mscheduler.Status
+	Paused        bool
+	LastOutcome   mscheduler.Outcome
+	Runs, Skipped int
+}
+
+func (d *Dashboard) schedules(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := d.queryContext(r)
+	defer cancel()
+	c, names, err := d.collectionOf(ctx, r)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	p, err := d.producer(ctx, c)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	// No index knows which tasks have a plan: read a bounded number.
+	list, err := p.List(ctx, mscheduler.ListOpts{Limit: scheduleScan + 1})
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	data := struct {
+		Schedules []scheduleRow
+		Cut       int
+	}{}
+	if len(list) > scheduleScan {
+		list, data.Cut = list[:scheduleScan], scheduleScan
+	}
+	for i := range list {
+		ti := &list[i]
+		if ti.Task.Plan == nil {
+			continue
+		}
+		row := scheduleRow{Key: ti.Task.Key, Spec: ti.Task.Plan.String(), Status: ti.Status, Paused: ti.Paused}
+		if st := ti.Plan; st != nil {
+			row.Runs, row.Skipped = st.Runs, st.Skipped
+			if len(st.Upcoming) > 0 {
+				row.Next = st.Upcoming[0]
+			}
+		}
+		if last, err := p.Runs(ctx, mscheduler.RunFilter{Key: ti.Task.Key, Limit: 1}); err == nil && len(last.Runs) > 0 {
+			row.LastOutcome = last.Runs[0].Outcome
+		}
+		data.Schedules = append(data.Schedules, row)
+	}
+	d.render(w, http.StatusOK, "schedules", view{Title: "Schedules", Nav: "schedules", Collections: names, Collection: c, Data: data})
+}
+
+// doneCode is what a redirect after an action says was done.
+var doneCode = regexp.MustCompile(`^(retry|cancel|run-now|pause|resume|delete|skip)(:[0-9]+)?$`)
+
+// doneMessage turns a done code into a notice; anything else shows nothing,
+// so that a link cannot put words on the page.
+func doneMessage(code string) string {
+	m := doneCode.FindStringSubmatch(code)
+	if m == nil {
+		return ""
+	}
+	if m[2] != "" {
+		return fmt.Sprintf("Done: %s, %s task(s).", m[1], m[2][1:])
+	}
+	return "Done: " + m[1] + "."
+}
+
+// act applies one action to one task, if it is still in the state the
+// page showed; then it shows the task again (or the list, after a delete).
+func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
+	if d.cfg.ReadOnly {
+		d.fail(w, r, http.StatusForbidden, "This dashboard is read-only.")
+		return
+	}
+	ctx, cancel := d.queryContext(r)
+	defer cancel()
+	c, key, action := r.URL.Query().Get("c"), r.URL.Query().Get("key"), r.PostFormValue("action")
+	p, err := d.producer(ctx, c)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	ti, err := p.Get(ctx, key)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	if seen := r.PostFormValue("seen"); seen != stateOf(ti.Status, ti.Paused) {
+		d.fail(w, r, http.StatusConflict, fmt.Sprintf("%s changed since the page showed it (it was %s, it is %s now): nothing was done. Look at it again and retry.",
+			key, orUnknown(seen), stateOf(ti.Status, ti.Paused)))
+		return
+	}
+	if err := d.apply(ctx, p, key, action, r.PostFormValue("n")); err != nil {
+		d.actionError(w, r, key, err)
+		return
+	}
+	target := "task?" + url.Values{"c": {c}, "key": {key}, "done": {action}}.Encode()
+	if action == "delete" {
+		target = "tasks?" + url.Values{"c": {c}, "done": {action}}.Encode()
+	}
+	http.Redirect(w, r, target, http.StatusSeeOther)
+}
+
+// errBadAction is a form that names no known action.
+var errBadAction = errors.New("unknown action")
+
+// apply runs one action through the library.
+func (d *Dashboard) apply(ctx context.Context, p *mscheduler.Producer[bson.RawValue], key, action, n string) error {
+	switch action {
+	case "retry":
+		return p.Retry(ctx, key)
+	case "cancel":
+		return p.Cancel(ctx, key)
+	case "run-now":
+		return p.RunNow(ctx, key)
+	case "pause":
+		return p.Pause(ctx, key)
+	case "resume":
+		return p.Resume(ctx, key)
+	case "delete":
+		return p.Delete(ctx, key, &mscheduler.DeleteOpts{Force: true})
+	case "skip":
+		count, err := strconv.Atoi(n)
+		if err != nil {
+			return &mscheduler.InvalidError{Field: "n", Reason: fmt.Sprintf("must be a whole number, got %q", n)}
+		}
+		return p.SkipNext(ctx, key, count)
+	}
+	return fmt.Errorf("%w %q", errBadAction, action)
+}
+
+// actionError shows why an action was refused.
+func (d *Dashboard) actionError(w http.ResponseWriter, r *http.Request, key string, err error) {
+	switch {
+	case errors.Is(err, mscheduler.ErrNotApplicable):
+		d.fail(w, r, http.StatusConflict, "Nothing was done: "+err.Error())
+	case errors.Is(err, mscheduler.ErrInvalid), errors.Is(err, errBadAction):
+		d.fail(w, r, http.StatusBadRequest, "Nothing was done: "+err.Error())
+	default:
+		d.serverError(w, r, err)
+	}
+}
+
+// actMany applies one action to the tasks selected in the list.
+func (d *Dashboard) actMany(w http.ResponseWriter, r *http.Request) {
+	if d.cfg.ReadOnly {
+		d.fail(w, r, http.StatusForbidden, "This dashboard is read-only.")
+		return
+	}
+	ctx, cancel := d.queryContext(r)
+	defer cancel()
+	if err := r.ParseForm(); err != nil {
+		d.fail(w, r, http.StatusBadRequest, "The form could not be read: "+err.Error())
+		return
+	}
+	c, action, keys := r.URL.Query().Get("c"), r.PostForm.Get("action"), r.PostForm["key"]
+	switch action {
+	case "retry", "cancel", "delete":
+	default:
+		d.fail(w, r, http.StatusBadRequest, fmt.Sprintf("Nothing was done: %q is not an action on several tasks (retry, cancel, delete).", action))
+		return
+	}
+	if len(keys) == 0 || len(keys) > listLimitMax {
+		d.fail(w, r, http.StatusBadRequest, fmt.Sprintf("Select from 1 to %d tasks; %d were selected.", listLimitMax, len(keys)))
+		return
+	}
+	p, err := d.producer(ctx, c)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	done := 0
+	var refused []string
+	for _, key := range keys {
+		err := d.apply(ctx, p, key, action, "")
+		switch {
+		case err == nil:
+			done++
+		case errors.Is(err, mscheduler.ErrNotApplicable), errors.Is(err, mscheduler.ErrNotFound):
+			refused = append(refused, err.Error())
+		default:
+			d.serverError(w, r, err)
+			return
+		}
+	}
+	if len(refused) > 0 {
+		d.fail(w, r, http.StatusConflict, fmt.Sprintf("%s done on %d task(s); refused on %d: %v", action, done, len(refused), refused))
+		return
+	}
+	http.Redirect(w, r, "tasks?"+url.Values{"c": {c}, "done": {fmt.Sprintf("%s:%d", action, done)}}.Encode(), http.StatusSeeOther)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "not said"
+	}
+	return s
+}

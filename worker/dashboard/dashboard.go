@@ -1,0 +1,194 @@
+package dashboard
+
+import (
+	"cmp"
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+)
+
+// EnvToken names the environment variable with the default Config.Token.
+const EnvToken = "MSCHEDULER_DASHBOARD_TOKEN"
+
+// QueryTimeoutDefault bounds every query a page sends (the driver sends
+// it to the server as maxTimeMS), so that the dashboard never keeps the
+// server busy for the workers.
+const QueryTimeoutDefault = 5 * time.Second
+
+// Config configures the dashboard. The zero value serves every task
+// collection of the database, with actions, and no authentication unless
+// the MSCHEDULER_DASHBOARD_TOKEN environment variable is set.
+type Config struct {
+	// Collections are the task collections shown. Defaults to every
+	// collection of the database that has the library's metadata beside it
+	// (<name>.meta), found at each page view.
+	Collections []string
+	// ReadOnly hides every action and refuses every POST.
+	ReadOnly bool
+	// Token, when set, is required on every request: as the password of
+	// HTTP basic authentication (any user name), which a browser asks for,
+	// or as "Authorization: Bearer <token>". Defaults to the
+	// MSCHEDULER_DASHBOARD_TOKEN environment variable ([EnvToken]).
+	Token string
+	// QueryTimeout bounds each query. Defaults to [QueryTimeoutDefault].
+	QueryTimeout time.Duration
+	// Logger receives the errors of pages and actions. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	c.Token = cmp.Or(c.Token, os.Getenv(EnvToken))
+	c.QueryTimeout = cmp.Or(c.QueryTimeout, QueryTimeoutDefault)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.QueryTimeout < 0 {
+		return fmt.Errorf("dashboard: invalid QueryTimeout: must be positive, got %s", c.QueryTimeout)
+	}
+	for i, name := range c.Collections {
+		if name == "" || strings.HasPrefix(name, "system.") {
+			return fmt.Errorf("dashboard: invalid Collections[%d]: %q cannot be a task collection", i, name)
+		}
+	}
+	return nil
+}
+
+// Dashboard serves the pages. Create it with New; it is an http.Handler,
+// to mount under any prefix with http.StripPrefix.
+type Dashboard struct {
+	db    *mongo.Database
+	cfg   Config
+	pages *pages
+	root  http.Handler
+
+	mu        sync.Mutex // guards producers
+	producers map[string]*mscheduler.Producer[bson.RawValue]
+}
+
+// New returns the dashboard of the task collections of db.
+func New(db *mongo.Database, cfg *Config) (*Dashboard, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c = c.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	p, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	d := &Dashboard{db: db, cfg: c, pages: p, producers: map[string]*mscheduler.Producer[bson.RawValue]{}}
+	mux := http.NewServeMux()
+	mux.Handle("GET /static/", http.StripPrefix("/static/", staticFiles()))
+	mux.HandleFunc("GET /{$}", d.overview)
+	mux.HandleFunc("GET /tasks", d.tasks)
+	mux.HandleFunc("GET /task", d.task)
+	mux.HandleFunc("GET /workers", d.workers)
+	mux.HandleFunc("GET /schedules", d.schedules)
+	mux.HandleFunc("POST /task", d.act)
+	mux.HandleFunc("POST /tasks", d.actMany)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		d.fail(w, r, http.StatusNotFound, "No such page: "+r.URL.Path)
+	})
+	// Cross-origin POSTs are refused: the browser says where a request
+	// comes from (Sec-Fetch-Site, Origin), and only same-origin ones act.
+	d.root = d.authenticate(http.NewCrossOriginProtection().Handler(mux))
+	return d, nil
+}
+
+// ServeHTTP serves the dashboard.
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	d.root.ServeHTTP(w, r)
+}
+
+// authenticate requires the token when one is configured.
+func (d *Dashboard) authenticate(next http.Handler) http.Handler {
+	if d.cfg.Token == "" {
+		return next
+	}
+	want := []byte(d.cfg.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := ""
+		if _, pass, ok := r.BasicAuth(); ok {
+			got = pass
+		} else if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+			got = bearer
+		}
+		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="mscheduler", charset="UTF-8"`)
+			http.Error(w, "the dashboard needs its token (as the basic-auth password, or a Bearer token)", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// queryContext bounds the queries of one request.
+func (d *Dashboard) queryContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), d.cfg.QueryTimeout)
+}
+
+// collections lists the task collections shown.
+func (d *Dashboard) collections(ctx context.Context) ([]string, error) {
+	if len(d.cfg.Collections) > 0 {
+		return d.cfg.Collections, nil
+	}
+	names, err := d.db.ListCollectionNames(ctx, bson.D{})
+	if err != nil {
+		return nil, fmt.Errorf("list the collections: %w", err)
+	}
+	var out []string
+	for _, n := range names {
+		if base, ok := strings.CutSuffix(n, ".meta"); ok && slices.Contains(names, base) {
+			out = append(out, base)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// errUnknownCollection is a collection that the dashboard does not show.
+var errUnknownCollection = errors.New("no such task collection")
+
+// producer returns the producer of a shown collection.
+func (d *Dashboard) producer(ctx context.Context, name string) (*mscheduler.Producer[bson.RawValue], error) {
+	names, err := d.collections(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(names, name) {
+		return nil, fmt.Errorf("%w: %q", errUnknownCollection, name)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p, ok := d.producers[name]; ok {
+		return p, nil
+	}
+	// Params are shown, not used: bson.RawValue takes whatever a task stores.
+	p, err := mscheduler.NewProducer[bson.RawValue](d.db.Collection(name), nil)
+	if err != nil {
+		return nil, err
+	}
+	d.producers[name] = p
+	return p, nil
+}

@@ -1,0 +1,243 @@
+package dashboard
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"sort"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+)
+
+// taskDetail is the task page's data.
+type taskDetail struct {
+	taskRow
+	Seen        string // the state the page showed, sent back with actions
+	Params      string
+	Invalid     *mscheduler.InvalidInfo
+	HoldersInfo []mscheduler.HolderInfo
+	Plan        *planView
+	Actions     []actionButton
+	History     []mscheduler.RunInfo
+	MoreHistory string
+}
+
+type planView struct {
+	Spec, Repeat, Missed, Overrun, Zone string
+	Runs, Skipped, SkipNext             int
+	Upcoming                            []time.Time
+}
+
+type actionButton struct {
+	Name, Label, Confirm string
+	Danger               bool
+}
+
+func (d *Dashboard) task(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := d.queryContext(r)
+	defer cancel()
+	c, names, err := d.collectionOf(ctx, r)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	key := r.URL.Query().Get("key")
+	if key == "" {
+		d.fail(w, r, http.StatusBadRequest, "Name a task: the key parameter is empty.")
+		return
+	}
+	p, err := d.producer(ctx, c)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	ti, err := p.Get(ctx, key)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	page, err := p.Runs(ctx, mscheduler.RunFilter{Key: key, Limit: historyPage, After: r.URL.Query().Get("runs_after")})
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	row := newTaskRow(ti)
+	t := &taskDetail{taskRow: row, Seen: stateOf(row.Status, row.Paused), Params: prettyJSON(ti.Task.Params),
+		Invalid: ti.Invalid, HoldersInfo: ti.Holders, Actions: actionsFor(row), History: page.Runs}
+	if page.Next != "" {
+		q := url.Values{"c": {c}, "key": {key}, "runs_after": {page.Next}}
+		t.MoreHistory = "task?" + q.Encode()
+	}
+	if pl := ti.Task.Plan; pl != nil {
+		t.Plan = &planView{Spec: pl.String(), Repeat: repeatText(pl.Repeat), Missed: string(cmp.Or(pl.Missed, mscheduler.MissedSkip)),
+			Overrun: cmp.Or(string(pl.Overrun), "as missed"), Zone: cmp.Or(pl.Zone, "UTC")}
+		if st := ti.Plan; st != nil {
+			t.Plan.Runs, t.Plan.Skipped, t.Plan.SkipNext, t.Plan.Upcoming = st.Runs, st.Skipped, st.SkipNext, st.Upcoming
+		}
+	}
+	d.render(w, http.StatusOK, "task", view{Title: key, Nav: "tasks", Collections: names, Collection: c,
+		Message: doneMessage(r.URL.Query().Get("done")), Data: t})
+}
+
+// stateOf is the state an action expects the task to be in still.
+func stateOf(s mscheduler.Status, paused bool) string {
+	if paused {
+		return string(s) + ",paused"
+	}
+	return string(s)
+}
+
+func repeatText(n int) string {
+	switch {
+	case n == mscheduler.RepeatForever:
+		return "forever"
+	case n <= 1:
+		return "once"
+	}
+	return fmt.Sprintf("%d times", n)
+}
+
+// actionsFor lists the actions that apply to a task as it stands.
+func actionsFor(t taskRow) []actionButton {
+	var out []actionButton
+	switch t.Status {
+	case mscheduler.StatusFailed, mscheduler.StatusCancelled, mscheduler.StatusInvalid:
+		out = append(out, actionButton{Name: "retry", Label: "Retry now"})
+	case mscheduler.StatusPending:
+		if !t.Paused {
+			out = append(out, actionButton{Name: "run-now", Label: "Run now"})
+		}
+	}
+	if !isFinal(t.Status) {
+		if t.Paused {
+			out = append(out, actionButton{Name: "resume", Label: "Resume"})
+		} else {
+			out = append(out, actionButton{Name: "pause", Label: "Pause"})
+		}
+		out = append(out, actionButton{Name: "cancel", Label: "Cancel", Confirm: "Cancel " + t.Key + "? A running handler is cancelled."})
+	}
+	return append(out, actionButton{Name: "delete", Label: "Delete", Danger: true, Confirm: "Delete " + t.Key + "? This cannot be undone."})
+}
+
+func isFinal(s mscheduler.Status) bool {
+	switch s {
+	case mscheduler.StatusSucceeded, mscheduler.StatusFailed, mscheduler.StatusFinished, mscheduler.StatusCancelled:
+		return true
+	}
+	return false
+}
+
+// workerView is a worker with what it holds and its recent runs.
+type workerView struct {
+	mscheduler.WorkerInfo
+	Holds  []heldRun
+	Recent []runBar
+}
+
+type heldRun struct {
+	Collection, Key, RunID string
+	Started, LeaseUntil    time.Time
+}
+
+type runBar struct {
+	Collection, Key string
+	Outcome         mscheduler.Outcome
+	Took            time.Duration
+	Width           int
+	Mark            string
+	finished        time.Time
+}
+
+// recentRuns adds a worker's latest runs of one collection to its view.
+func (d *Dashboard) recentRuns(ctx context.Context, p *mscheduler.Producer[bson.RawValue], collection string, v *workerView) error {
+	page, err := p.Runs(ctx, mscheduler.RunFilter{WorkerID: v.ID, Limit: workerRuns})
+	if err != nil {
+		return err
+	}
+	for _, run := range page.Runs {
+		took := run.Finished.Sub(run.Started)
+		v.Recent = append(v.Recent, runBar{Collection: collection, Key: run.Key, Outcome: run.Outcome, Took: took,
+			Width: barWidth(took), Mark: markOf(run.Outcome), finished: run.Finished})
+	}
+	return nil
+}
+
+// barWidth grows with the log of a run's duration: 6 px for 10 ms, about
+// 100 px for an hour.
+func barWidth(took time.Duration) int {
+	ms := max(1, took.Milliseconds())
+	return min(120, 4+int(8*math.Log2(float64(ms))/2))
+}
+
+// markOf says why a run did not end on its own.
+func markOf(o mscheduler.Outcome) string {
+	switch o {
+	case mscheduler.OutcomeExpired:
+		return "preempted: its lease lapsed and another worker took the slot"
+	case mscheduler.OutcomeReleased:
+		return "released on shutdown"
+	case mscheduler.OutcomeRevoked:
+		return "revoked: the worker was no longer allowed"
+	case mscheduler.OutcomeCancelled:
+		return "cancelled"
+	}
+	return ""
+}
+
+func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := d.queryContext(r)
+	defer cancel()
+	c, names, err := d.collectionOf(ctx, r)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	infos, err := mscheduler.ListWorkers(ctx, d.db)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	views := make([]workerView, len(infos))
+	index := map[string]*workerView{}
+	for i := range infos {
+		views[i].WorkerInfo = infos[i]
+		index[infos[i].ID] = &views[i]
+	}
+	for _, name := range names {
+		p, err := d.producer(ctx, name)
+		if err != nil {
+			d.serverError(w, r, err)
+			return
+		}
+		running, err := p.List(ctx, mscheduler.ListOpts{Statuses: []mscheduler.Status{mscheduler.StatusRunning}, Limit: listLimitMax})
+		if err != nil {
+			d.serverError(w, r, err)
+			return
+		}
+		for _, ti := range running {
+			for _, h := range ti.Holders {
+				if v := index[h.WorkerID]; v != nil {
+					v.Holds = append(v.Holds, heldRun{name, ti.Task.Key, h.RunID, h.Started, h.LeaseUntil})
+				}
+			}
+		}
+		for i := range views {
+			if err := d.recentRuns(ctx, p, name, &views[i]); err != nil {
+				d.serverError(w, r, err)
+				return
+			}
+		}
+	}
+	for i := range views {
+		recent := views[i].Recent
+		sort.Slice(recent, func(a, b int) bool { return recent[a].finished.Before(recent[b].finished) })
+		views[i].Recent = recent[max(0, len(recent)-workerRuns):]
+	}
+	d.render(w, http.StatusOK, "workers", view{Title: "Workers", Nav: "workers", Collections: names, Collection: c, Data: struct{ Workers []workerView }{views}})
+}

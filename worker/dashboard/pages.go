@@ -1,0 +1,295 @@
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+)
+
+// Page sizes: every list is bounded.
+const (
+	listLimitDefault = 50
+	listLimitMax     = 500
+	historyPage      = 25
+	scheduleScan     = 500
+	workerRuns       = 40
+	chartRuns        = mscheduler.RunsLimitMax
+)
+
+// statuses are the ones a filter may name.
+var statuses = []mscheduler.Status{
+	mscheduler.StatusPending, mscheduler.StatusRunning, mscheduler.StatusSucceeded, mscheduler.StatusFailed,
+	mscheduler.StatusFinished, mscheduler.StatusCancelled, mscheduler.StatusInvalid, "paused",
+}
+
+// collectionOf returns the collection a page is about: the c parameter,
+// or the first collection.
+func (d *Dashboard) collectionOf(ctx context.Context, r *http.Request) (string, []string, error) {
+	names, err := d.collections(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	c := r.URL.Query().Get("c")
+	if c == "" && len(names) > 0 {
+		c = names[0]
+	}
+	return c, names, nil
+}
+
+// serverError shows an error of the server or the library.
+func (d *Dashboard) serverError(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, errUnknownCollection):
+		d.fail(w, r, http.StatusNotFound, err.Error())
+	case errors.Is(err, mscheduler.ErrNotFound):
+		d.fail(w, r, http.StatusNotFound, fmt.Sprintf("No task has the key %q.", r.URL.Query().Get("key")))
+	case errors.Is(err, context.DeadlineExceeded):
+		d.fail(w, r, http.StatusServiceUnavailable, "The query took longer than "+d.cfg.QueryTimeout.String()+" and was stopped: narrow the filter.")
+	default:
+		d.cfg.Logger.Error("dashboard", "path", r.URL.Path, "error", err)
+		d.fail(w, r, http.StatusBadGateway, "The server could not answer: "+err.Error())
+	}
+}
+
+type collectionSummary struct {
+	Name   string
+	Err    string
+	Counts []statusCount
+	Stats  *mscheduler.Stats
+	Hours  []chartBucket
+	Cut    int
+}
+
+type statusCount struct {
+	Status mscheduler.Status
+	N      int64
+}
+
+type chartBucket struct {
+	Label        string
+	Runs, Failed int
+	Pct, FailPct int
+}
+
+func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := d.queryContext(r)
+	defer cancel()
+	c, names, err := d.collectionOf(ctx, r)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	data := struct {
+		Collections []collectionSummary
+		Live, Stale int
+	}{}
+	for _, name := range names {
+		data.Collections = append(data.Collections, d.summarize(ctx, name))
+	}
+	workers, err := mscheduler.ListWorkers(ctx, d.db)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	for _, wk := range workers {
+		if wk.Stale {
+			data.Stale++
+		} else {
+			data.Live++
+		}
+	}
+	d.render(w, http.StatusOK, "overview", view{Title: "Overview", Nav: "overview", Collections: names, Collection: c, Data: data})
+}
+
+// summarize gathers one collection's counts and last hour.
+func (d *Dashboard) summarize(ctx context.Context, name string) collectionSummary {
+	s := collectionSummary{Name: name}
+	p, err := d.producer(ctx, name)
+	if err == nil {
+		s.Stats, err = p.Stats(ctx)
+	}
+	if err != nil {
+		s.Err = err.Error()
+		return s
+	}
+	for _, st := range statuses[:len(statuses)-1] {
+		s.Counts = append(s.Counts, statusCount{st, s.Stats.ByStatus[st]})
+	}
+	page, err := p.Runs(ctx, mscheduler.RunFilter{Since: s.Stats.At.Add(-time.Hour), Limit: chartRuns})
+	if err != nil {
+		s.Err = err.Error()
+		return s
+	}
+	if page.Next != "" {
+		s.Cut = len(page.Runs)
+	}
+	s.Hours = chart(page.Runs, s.Stats.At)
+	return s
+}
+
+// chart counts runs per 5 minutes over the hour before now.
+func chart(runs []mscheduler.RunInfo, now time.Time) []chartBucket {
+	const n = 12
+	b := make([]chartBucket, n)
+	start := now.Add(-time.Hour)
+	for i := range b {
+		b[i].Label = start.Add(time.Duration(i) * 5 * time.Minute).UTC().Format("15:04")
+	}
+	for _, r := range runs {
+		i := int(r.Finished.Sub(start) / (5 * time.Minute))
+		if i < 0 || i >= n {
+			continue
+		}
+		b[i].Runs++
+		if r.Outcome == mscheduler.OutcomeFailed || r.Outcome == mscheduler.OutcomeExpired {
+			b[i].Failed++
+		}
+	}
+	most := 1
+	for _, x := range b {
+		most = max(most, x.Runs)
+	}
+	for i := range b {
+		b[i].Pct = b[i].Runs * 100 / most
+		if b[i].Runs > 0 {
+			b[i].FailPct = b[i].Failed * 100 / b[i].Runs
+		}
+	}
+	return b
+}
+
+// taskRow is a task as the list and detail pages show it.
+type taskRow struct {
+	Key, Description, Source, Group, Problem string
+	Status                                   mscheduler.Status
+	Paused                                   bool
+	Running, Free, Succeeded, Concurrency    int
+	Failed, MaxFailed, Priority              int
+	NextRun                                  time.Time
+	NextRunText                              string
+	Holders, Tags, WorkerIDs                 []string
+	PingInterval, WorkerTimeout              time.Duration
+	Created, Updated                         time.Time
+}
+
+func newTaskRow(ti *mscheduler.TaskInfo[bson.RawValue]) taskRow {
+	t := ti.Task
+	row := taskRow{
+		Key: t.Key, Description: t.Description, Source: t.Source, Group: t.Group, Problem: ti.Problem,
+		Status: ti.Status, Paused: ti.Paused, Running: ti.Running, Free: ti.Free, Succeeded: ti.Succeeded,
+		Concurrency: t.Concurrency, Failed: ti.FailedRuns, MaxFailed: t.MaxFailedRuns, Priority: t.Priority,
+		Tags: t.Tags, WorkerIDs: t.WorkerIDs, PingInterval: t.PingInterval, WorkerTimeout: t.WorkerTimeout,
+		Created: ti.CreatedAt, Updated: ti.UpdatedAt,
+	}
+	for _, h := range ti.Holders {
+		row.Holders = append(row.Holders, h.WorkerID)
+	}
+	switch {
+	case slices.Contains([]mscheduler.Status{mscheduler.StatusSucceeded, mscheduler.StatusFailed, mscheduler.StatusFinished, mscheduler.StatusCancelled}, ti.Status):
+		row.NextRunText = "-"
+	case ti.Problem != "":
+		row.NextRunText = "never, until repaired"
+	case ti.Plan != nil && ti.Plan.SkipNext > 0 && len(ti.Plan.Upcoming) > 0:
+		row.NextRun = ti.Plan.Upcoming[0]
+	default:
+		row.NextRun = t.RunAt
+	}
+	return row
+}
+
+// listFilter is the task list's filter, read from the URL.
+type listFilter struct {
+	Status   string
+	Tag      string
+	Worker   string
+	Limit    int
+	After    string
+	Statuses []mscheduler.Status
+	Tasks    []taskRow
+	NextPage string
+}
+
+// readListFilter reads the filter, naming a bad value.
+func readListFilter(q url.Values) (*listFilter, error) {
+	f := &listFilter{Status: q.Get("status"), Tag: q.Get("tag"), Worker: q.Get("worker"), After: q.Get("after"), Limit: listLimitDefault, Statuses: statuses}
+	if f.Status != "" && !slices.Contains(statuses, mscheduler.Status(f.Status)) {
+		return nil, fmt.Errorf("status %q is not one of %v", f.Status, statuses)
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > listLimitMax {
+			return nil, fmt.Errorf("limit %q must be a whole number from 1 to %d", s, listLimitMax)
+		}
+		f.Limit = n
+	}
+	return f, nil
+}
+
+func (f *listFilter) opts() mscheduler.ListOpts {
+	o := mscheduler.ListOpts{After: f.After, Limit: f.Limit + 1}
+	switch {
+	case f.Status == "paused":
+		o.Paused = true
+	case f.Status != "":
+		o.Statuses = []mscheduler.Status{mscheduler.Status(f.Status)}
+	}
+	if f.Worker != "" {
+		// Only running tasks have holders: the claim index serves it.
+		o.Statuses = []mscheduler.Status{mscheduler.StatusRunning}
+	}
+	if f.Tag != "" {
+		o.Tags = []string{f.Tag}
+	}
+	return o
+}
+
+func (d *Dashboard) tasks(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := d.queryContext(r)
+	defer cancel()
+	c, names, err := d.collectionOf(ctx, r)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	f, err := readListFilter(r.URL.Query())
+	if err != nil {
+		d.render(w, http.StatusBadRequest, "tasks", view{Title: "Tasks", Nav: "tasks", Collections: names, Collection: c,
+			Message: "Bad filter: " + err.Error(), Bad: true, Data: &listFilter{Statuses: statuses, Limit: listLimitDefault}})
+		return
+	}
+	p, err := d.producer(ctx, c)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	list, err := p.List(ctx, f.opts())
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	more := len(list) > f.Limit
+	list = list[:min(len(list), f.Limit)]
+	for i := range list {
+		row := newTaskRow(&list[i])
+		if f.Worker != "" && !slices.Contains(row.Holders, f.Worker) {
+			continue
+		}
+		f.Tasks = append(f.Tasks, row)
+	}
+	if more && len(list) > 0 {
+		q := r.URL.Query()
+		q.Set("after", list[len(list)-1].Task.Key)
+		f.NextPage = "tasks?" + q.Encode()
+	}
+	d.render(w, http.StatusOK, "tasks", view{Title: "Tasks", Nav: "tasks", Collections: names, Collection: c,
+		Message: doneMessage(r.URL.Query().Get("done")), Data: f})
+}
