@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"net/http"
 	"os"
 	"testing"
 	"time"
@@ -33,6 +34,7 @@ import (
 	"github.com/mscheduler/mscheduler/mscheduler"
 	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
 	"github.com/mscheduler/mscheduler/worker"
+	"github.com/mscheduler/mscheduler/worker/dashboard"
 )
 
 var (
@@ -62,6 +64,8 @@ var (
 	_ = bson.D{}
 	_ = mschedulertest.Collection
 	_ = worker.New
+	_ = dashboard.New
+	_ = http.Handle
 	_ testing.TB
 )
 `

@@ -234,6 +234,10 @@ func TestActions(t *testing.T) {
 	if a, b := f.status("later-1"), f.status("report-hourly"); a != mscheduler.StatusCancelled || b != mscheduler.StatusCancelled {
 		t.Fatalf("after bulk cancel: %s, %s", a, b)
 	}
+	f.post("tasks?c="+c, url.Values{"action": {"delete"}, "key": {"later-1", "report-hourly"}}).want(t, "bulk delete", 303)
+	if list, err := f.producer.List(t.Context(), mscheduler.ListOpts{}); err != nil || len(list) != 1 || list[0].Task.Key != "broken-1" {
+		t.Fatalf("after bulk delete: %d tasks (%v), want broken-1 alone", len(list), err)
+	}
 }
 
 func TestReadOnly(t *testing.T) {
@@ -307,4 +311,49 @@ func TestWorkersPage(t *testing.T) {
 	t.Cleanup(func() { _ = mscheduler.Deregister(context.Background(), f.coll.Database(), info.ID) })
 	// Its timeline has the two runs it made, the failed one marked.
 	f.get("workers").want(t, "workers", 200, info.ID, "box, 42", "0 of 4", `class="bar o-failed"`, `class="bar o-succeeded"`, "broken-1 failed")
+}
+
+// TestRunningTaskShowsItsHolder: a task being run shows its worker, run
+// and lease end on its page (a <time> the script counts down), and the
+// worker's entry on the workers page lists it.
+func TestRunningTaskShowsItsHolder(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, dashboard.Config{})
+	id := workerOf(f.coll) + "-2"
+	if _, err := f.producer.Publish(t.Context(), mscheduler.Task[email]{Key: "slow-1", Params: email{To: "slow@example.com"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	claimed := make(chan struct{})
+	c, err := mscheduler.NewConsumer(f.coll, func(ctx context.Context, _ *mscheduler.Task[email]) (string, error) {
+		close(claimed)
+		<-ctx.Done()
+		return "", context.Cause(ctx)
+	}, &mscheduler.ConsumerConfig{WorkerID: id, PollInterval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// The handler waits for its context: a short stop cancels it.
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_ = c.Stop(ctx)
+	})
+	<-claimed
+	info := mscheduler.WorkerInfo{ID: id, Host: "box", PID: 7, Collections: []string{f.coll.Name()}, Capacity: 1, Running: 1, HeartbeatMS: 60_000}
+	if err := mscheduler.Heartbeat(t.Context(), f.coll.Database(), info); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mscheduler.Deregister(context.Background(), f.coll.Database(), id) })
+	ti, err := f.producer.Get(t.Context(), "slow-1")
+	if err != nil || len(ti.Holders) != 1 {
+		t.Fatalf("Get: %+v, %v", ti, err)
+	}
+	h := ti.Holders[0]
+	lease := `<td class="countdown"><time datetime="` + h.LeaseUntil.UTC().Format(time.RFC3339) + `"`
+	f.get(f.taskPath("slow-1")).want(t, "running task", 200, "Running now", id, h.RunID, lease, `value="cancel"`)
+	f.get("workers").want(t, "workers", 200, id, "1 of 1", "/slow-1</a>", h.RunID)
+	f.get("tasks?c="+f.coll.Name()+"&worker="+id).want(t, "tasks held by the worker", 200, "slow-1")
 }

@@ -241,11 +241,11 @@ func TestRoughEdges(t *testing.T) {
 	}
 }
 
-// TestDev: "mscheduler dev" starts the development server, prints its URI
-// on stdout, serves clients, and stops on Ctrl-C.
-func TestDev(t *testing.T) {
-	t.Parallel()
-	cmd := exec.Command(binary, "dev", "--addr", "127.0.0.1:0")
+// startServing starts a command that serves until Ctrl-C and returns it
+// with the first line it prints, which must start with prefix (its
+// address); the command is killed at the end of the test.
+func startServing(t *testing.T, cmd *exec.Cmd, prefix string) (*exec.Cmd, string) {
+	t.Helper()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -255,10 +255,18 @@ func TestDev(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	line, err := bufio.NewReader(out).ReadString('\n')
-	uri := strings.TrimSpace(line)
-	if err != nil || !strings.HasPrefix(uri, "mongodb://127.0.0.1:") {
-		t.Fatalf("dev printed %q (%v), want a URI", line, err)
+	addr := strings.TrimSpace(line)
+	if err != nil || !strings.HasPrefix(addr, prefix) {
+		t.Fatalf("%v printed %q (%v), want an address starting %s", cmd.Args[1:], line, err, prefix)
 	}
+	return cmd, addr
+}
+
+// TestDev: "mscheduler dev" starts the development server, prints its URI
+// on stdout, serves clients, and stops on Ctrl-C.
+func TestDev(t *testing.T) {
+	t.Parallel()
+	cmd, uri := startServing(t, exec.Command(binary, "dev", "--addr", "127.0.0.1:0"), "mongodb://127.0.0.1:")
 	client, err := mongo.Connect(options.Client().ApplyURI(uri))
 	if err != nil {
 		t.Fatal(err)
