@@ -353,7 +353,7 @@ func TestRunningTaskShowsItsHolder(t *testing.T) {
 	}
 	h := ti.Holders[0]
 	lease := `<td class="countdown"><time datetime="` + h.LeaseUntil.UTC().Format(time.RFC3339) + `"`
-	f.get(f.taskPath("slow-1")).want(t, "running task", 200, "Running now", id, h.RunID, lease, `value="cancel"`)
+	f.get(f.taskPath("slow-1")).want(t, "running task", 200, "Running now", id, h.RunID, lease, `value="cancel"`, "every slot is running")
 	f.get("workers").want(t, "workers", 200, id, "1 of 1", "/slow-1</a>", h.RunID)
 	f.get("tasks?c="+f.coll.Name()+"&worker="+id).want(t, "tasks held by the worker", 200, "slow-1")
 }

@@ -198,6 +198,8 @@ func newTaskRow(ti *mscheduler.TaskInfo[bson.RawValue]) taskRow {
 		row.NextRunText = "-"
 	case ti.Problem != "":
 		row.NextRunText = "never, until repaired"
+	case ti.Free == 0 && ti.Running > 0:
+		row.NextRunText = "every slot is running"
 	case ti.Plan != nil && ti.Plan.SkipNext > 0 && len(ti.Plan.Upcoming) > 0:
 		row.NextRun = ti.Plan.Upcoming[0]
 	default:
