@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/worker/dashboard"
 )
 
 // Environment variables read by [Config] defaults.
@@ -80,6 +81,11 @@ type Config struct {
 	// worker registry (mscheduler.ListWorkers); it is reported stale after
 	// 3 intervals without one. Defaults to [HeartbeatIntervalDefault].
 	HeartbeatInterval time.Duration
+	// Dashboard, when set with HTTPAddr, also serves the web dashboard
+	// (package worker/dashboard) of the worker's database under
+	// /dashboard/ on that listener, with its actions unless it is
+	// ReadOnly. Defaults to nil: no dashboard.
+	Dashboard *dashboard.Config
 	// DevServer, when URI is empty (after its default), makes New start the
 	// development server (package worker/devserver, built from a checkout of
 	// the repository) and Run stop it at the end. Without it an empty URI is

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"github.com/mscheduler/mscheduler/mscheduler"
 	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
 	"github.com/mscheduler/mscheduler/worker"
+	"github.com/mscheduler/mscheduler/worker/dashboard"
 )
 
 // childWorkerEnv makes the test binary a worker process of the collection
@@ -184,5 +186,41 @@ func TestMetricsAndHealth(t *testing.T) {
 		if resp != nil {
 			resp.Body.Close()
 		}
+	}
+}
+
+// TestDashboardOnTheListener: with Config.Dashboard, the worker's listener
+// serves the dashboard under /dashboard/, here read-only.
+func TestDashboardOnTheListener(t *testing.T) {
+	name := collectionName(t)
+	w := newWorker(t, worker.Config{HTTPAddr: "127.0.0.1:0", WorkerID: "with-dashboard",
+		Dashboard: &dashboard.Config{ReadOnly: true, Collections: []string{name}}})
+	ev := mschedulertest.NewEvents()
+	if err := worker.Register(w, name, add, fastConsumer(ev)); err != nil {
+		t.Fatal(err)
+	}
+	stop := runWorker(t, w)
+	defer func() { _ = stop() }()
+	publish(t, name, mscheduler.Task[sum]{Key: "a", Params: sum{A: 1, B: 2}})
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
+	base := "http://" + w.HTTPAddr() + "/dashboard/"
+	for path, want := range map[string]string{"": "Overview", "task?c=" + name + "&key=a": "succeeded", "static/live.js": "data-live"} {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Errorf("GET /dashboard/%s: %d (%v), want %q in:\n%.1500s", path, resp.StatusCode, err, want, body)
+		}
+	}
+	resp, err := http.PostForm(base+"task?c="+name+"&key=a", url.Values{"action": {"delete"}, "seen": {"succeeded"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a POST to the read-only dashboard answered %d, want 403", resp.StatusCode)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/worker/dashboard"
 )
 
 // readyTimeout bounds /readyz's look at the server.
@@ -87,13 +88,23 @@ func (w *Worker) serveHTTP() (*http.Server, error) {
 		}
 		fmt.Fprintln(rw, "ok")
 	})
+	served := "/metrics, /healthz and /readyz"
+	if w.cfg.Dashboard != nil {
+		d, err := dashboard.New(w.db, w.cfg.Dashboard)
+		if err != nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("worker: Dashboard: %w", err)
+		}
+		mux.Handle("/dashboard/", http.StripPrefix("/dashboard", d))
+		served += " and /dashboard/"
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			w.log.Error("HTTP listener stopped", "error", err)
 		}
 	}()
-	w.log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
+	w.log.Info("serving "+served, "addr", ln.Addr().String())
 	return srv, nil
 }
 
