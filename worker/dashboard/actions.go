@@ -72,7 +72,7 @@ func (d *Dashboard) schedules(w http.ResponseWriter, r *http.Request) {
 }
 
 // doneCode is what a redirect after an action says was done.
-var doneCode = regexp.MustCompile(`^(retry|cancel|run-now|pause|resume|delete|skip)(:[0-9]+)?$`)
+var doneCode = regexp.MustCompile(`^(retry|cancel|run-now|pause|resume|delete|skip|params|reschedule)(:[0-9]+)?$`)
 
 // doneMessage turns a done code into a notice; anything else shows nothing,
 // so that a link cannot put words on the page.
@@ -112,7 +112,7 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 			key, orUnknown(seen), stateOf(ti.Status, ti.Paused)))
 		return
 	}
-	if err := d.apply(ctx, p, key, action, r.PostFormValue("n")); err != nil {
+	if err := d.apply(ctx, p, key, action, r.PostForm); err != nil {
 		d.actionError(w, r, key, err)
 		return
 	}
@@ -123,11 +123,21 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, target, http.StatusSeeOther)
 }
 
+// parseParams reads params typed as extended JSON: a document, or any
+// other value.
+func parseParams(text string) (bson.RawValue, error) {
+	var wrapped bson.Raw
+	if err := bson.UnmarshalExtJSON([]byte(`{"v":`+text+`}`), false, &wrapped); err != nil {
+		return bson.RawValue{}, &mscheduler.InvalidError{Field: "params", Reason: "must be JSON (extended JSON for dates and the like): " + err.Error()}
+	}
+	return wrapped.Lookup("v"), nil
+}
+
 // errBadAction is a form that names no known action.
 var errBadAction = errors.New("unknown action")
 
-// apply runs one action through the library.
-func (d *Dashboard) apply(ctx context.Context, p *mscheduler.Producer[bson.RawValue], key, action, n string) error {
+// apply runs one action through the library; form holds its values.
+func (d *Dashboard) apply(ctx context.Context, p *mscheduler.Producer[bson.RawValue], key, action string, form url.Values) error {
 	switch action {
 	case "retry":
 		return p.Retry(ctx, key)
@@ -142,11 +152,29 @@ func (d *Dashboard) apply(ctx context.Context, p *mscheduler.Producer[bson.RawVa
 	case "delete":
 		return p.Delete(ctx, key, &mscheduler.DeleteOpts{Force: true})
 	case "skip":
+		n := form.Get("n")
 		count, err := strconv.Atoi(n)
 		if err != nil {
 			return &mscheduler.InvalidError{Field: "n", Reason: fmt.Sprintf("must be a whole number, got %q", n)}
 		}
 		return p.SkipNext(ctx, key, count)
+	case "params":
+		params, err := parseParams(form.Get("params"))
+		if err != nil {
+			return err
+		}
+		_, err = p.Publish(ctx, mscheduler.Task[bson.RawValue]{Key: key, Params: params}, &mscheduler.PublishOpts{UpdateParams: true})
+		return err
+	case "reschedule":
+		at, err := time.Parse("2006-01-02T15:04:05", form.Get("run_at"))
+		if err != nil {
+			at, err = time.Parse("2006-01-02T15:04", form.Get("run_at"))
+		}
+		if err != nil {
+			return &mscheduler.InvalidError{Field: "run_at", Reason: fmt.Sprintf("must be a date and time like 2026-12-24T18:00 (UTC), got %q", form.Get("run_at"))}
+		}
+		_, err = p.Publish(ctx, mscheduler.Task[bson.RawValue]{Key: key, Params: bson.RawValue{Type: bson.TypeNull}, RunAt: at}, &mscheduler.PublishOpts{MoveRunAt: true})
+		return err
 	}
 	return fmt.Errorf("%w %q", errBadAction, action)
 }
@@ -194,7 +222,7 @@ func (d *Dashboard) actMany(w http.ResponseWriter, r *http.Request) {
 	done := 0
 	var refused []string
 	for _, key := range keys {
-		err := d.apply(ctx, p, key, action, "")
+		err := d.apply(ctx, p, key, action, nil)
 		switch {
 		case err == nil:
 			done++

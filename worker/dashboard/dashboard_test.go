@@ -174,6 +174,7 @@ func TestPages(t *testing.T) {
 	f.get("tasks?c="+c+"&limit=1").want(t, "first page", 200, "Next page", "after=broken-1")
 	f.get(f.taskPath("broken-1")).want(t, "failed task", 200, "no recipient", "Retry now", "node-a", `value="failed"`)
 	f.get(f.taskPath("welcome-1")).want(t, "succeeded task", 200, "sent to ada@example.com", "ada@example.com")
+	f.get(f.taskPath("later-1")).want(t, "pending task", 200, `value="reschedule"`, `name="params"`, "bob@example.com", `value="run-now"`)
 	f.get(f.taskPath("report-hourly")).want(t, "plan", 200, "every 1 hour", "next planned times", "Skip")
 	f.get("schedules?c="+c).want(t, "schedules", 200, "report-hourly", "every 1 hour")
 	f.get("static/live.js").want(t, "script", 200, "data-live")
@@ -215,6 +216,14 @@ func TestActions(t *testing.T) {
 	f.post(f.taskPath("later-1"), url.Values{"action": {"pause"}, "seen": {"pending"}}).want(t, "pause", 303)
 	f.post(f.taskPath("later-1"), url.Values{"action": {"run-now"}, "seen": {"pending,paused"}}).want(t, "run-now of a paused task", 409, "paused")
 	f.post(f.taskPath("later-1"), url.Values{"action": {"resume"}, "seen": {"pending,paused"}}).want(t, "resume", 303)
+	f.post(f.taskPath("later-1"), url.Values{"action": {"params"}, "seen": {"pending"}, "params": {`{"to": "carol@example.com"}`}}).want(t, "edit params", 303)
+	f.post(f.taskPath("later-1"), url.Values{"action": {"params"}, "seen": {"pending"}, "params": {`{to: carol`}}).want(t, "bad params", 400, "params", "must be JSON")
+	f.post(f.taskPath("later-1"), url.Values{"action": {"reschedule"}, "seen": {"pending"}, "run_at": {"2031-05-06T07:08:09"}}).want(t, "reschedule", 303)
+	f.post(f.taskPath("later-1"), url.Values{"action": {"reschedule"}, "seen": {"pending"}, "run_at": {"tomorrow"}}).want(t, "bad run_at", 400, "run_at")
+	if ti, err := f.producer.Get(t.Context(), "later-1"); err != nil || ti.Task.Params.To != "carol@example.com" ||
+		!ti.Task.RunAt.Equal(time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)) {
+		t.Fatalf("after the params edit and reschedule: %+v, run at %s, %v", ti.Task.Params, ti.Task.RunAt, err)
+	}
 	f.post(f.taskPath("report-hourly"), url.Values{"action": {"skip"}, "seen": {"pending"}, "n": {"2"}}).want(t, "skip", 303)
 	if ti, err := f.producer.Get(t.Context(), "report-hourly"); err != nil || ti.Plan.SkipNext != 2 {
 		t.Fatalf("after skip 2: %+v, %v", ti.Plan, err)
