@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"time"
 
@@ -119,6 +120,9 @@ type ListOpts struct {
 	// After selects the tasks whose key sorts after it: the key of the
 	// last task of the previous page, to read on from there.
 	After string
+	// KeyPrefix selects the tasks whose key starts with it (served by the
+	// _id index).
+	KeyPrefix string
 	// Limit bounds the tasks returned. Defaults to [ListLimitDefault].
 	Limit int
 }
@@ -139,8 +143,16 @@ func (p *Producer[P]) List(ctx context.Context, opts ListOpts) ([]TaskInfo[P], e
 	if opts.Paused {
 		filter = append(filter, bson.E{Key: fPaused, Value: true})
 	}
+	var byKey bson.D
 	if opts.After != "" {
-		filter = append(filter, bson.E{Key: fID, Value: op("$gt", opts.After)})
+		byKey = append(byKey, bson.E{Key: "$gt", Value: opts.After})
+	}
+	if opts.KeyPrefix != "" {
+		// An anchored, case-sensitive regex is served by the _id index.
+		byKey = append(byKey, bson.E{Key: "$regex", Value: "^" + regexp.QuoteMeta(opts.KeyPrefix)})
+	}
+	if len(byKey) > 0 {
+		filter = append(filter, bson.E{Key: fID, Value: byKey})
 	}
 	limit := opts.Limit
 	if limit <= 0 {

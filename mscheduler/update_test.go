@@ -238,3 +238,34 @@ func leaseLeft(t *testing.T, coll *mongo.Collection) time.Duration {
 	t.Fatal("no holder")
 	return 0
 }
+
+// TestListByKeyPrefix: KeyPrefix selects keys that start with it, taken
+// literally (a "." is no wildcard), and pages with After.
+func TestListByKeyPrefix(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	var tasks []mscheduler.Task[int]
+	for _, k := range []string{"mail.1", "mail.2", "mail.3", "mailx", "report.1", "amail.1"} {
+		tasks = append(tasks, mscheduler.Task[int]{Key: k, RunAt: time.Now().Add(time.Hour)})
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	keys := func(opts mscheduler.ListOpts) []string {
+		list, err := p.List(ctxT(t), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, ti := range list {
+			out = append(out, ti.Task.Key)
+		}
+		return out
+	}
+	if got := keys(mscheduler.ListOpts{KeyPrefix: "mail."}); !slices.Equal(got, []string{"mail.1", "mail.2", "mail.3"}) {
+		t.Errorf("prefix mail.: %q", got)
+	}
+	if got := keys(mscheduler.ListOpts{KeyPrefix: "mail.", After: "mail.1", Limit: 1}); !slices.Equal(got, []string{"mail.2"}) {
+		t.Errorf("prefix mail. after mail.1: %q", got)
+	}
+}

@@ -172,6 +172,11 @@ func TestPages(t *testing.T) {
 		t.Error("the failed filter lists welcome-1")
 	}
 	f.get("tasks?c="+c+"&limit=1").want(t, "first page", 200, "Next page", "after=broken-1")
+	byPrefix := f.get("tasks?c=" + c + "&prefix=welcome")
+	byPrefix.want(t, "tasks by key prefix", 200, "welcome-1", `value="welcome"`)
+	if strings.Contains(byPrefix.body, "broken-1") {
+		t.Error("the key prefix filter lists broken-1")
+	}
 	f.get(f.taskPath("broken-1")).want(t, "failed task", 200, "no recipient", "Retry now", "node-a", `value="failed"`)
 	f.get(f.taskPath("welcome-1")).want(t, "succeeded task", 200, "sent to ada@example.com", "ada@example.com")
 	f.get(f.taskPath("later-1")).want(t, "pending task", 200, `value="reschedule"`, `name="params"`, "bob@example.com", `value="run-now"`)

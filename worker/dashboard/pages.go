@@ -211,6 +211,7 @@ func newTaskRow(ti *mscheduler.TaskInfo[bson.RawValue]) taskRow {
 // listFilter is the task list's filter, read from the URL.
 type listFilter struct {
 	Status   string
+	Prefix   string
 	Tag      string
 	Worker   string
 	Limit    int
@@ -222,7 +223,7 @@ type listFilter struct {
 
 // readListFilter reads the filter, naming a bad value.
 func readListFilter(q url.Values) (*listFilter, error) {
-	f := &listFilter{Status: q.Get("status"), Tag: q.Get("tag"), Worker: q.Get("worker"), After: q.Get("after"), Limit: listLimitDefault, Statuses: statuses}
+	f := &listFilter{Status: q.Get("status"), Prefix: q.Get("prefix"), Tag: q.Get("tag"), Worker: q.Get("worker"), After: q.Get("after"), Limit: listLimitDefault, Statuses: statuses}
 	if f.Status != "" && !slices.Contains(statuses, mscheduler.Status(f.Status)) {
 		return nil, fmt.Errorf("status %q is not one of %v", f.Status, statuses)
 	}
@@ -237,7 +238,7 @@ func readListFilter(q url.Values) (*listFilter, error) {
 }
 
 func (f *listFilter) opts() mscheduler.ListOpts {
-	o := mscheduler.ListOpts{After: f.After, Limit: f.Limit + 1}
+	o := mscheduler.ListOpts{After: f.After, KeyPrefix: f.Prefix, Limit: f.Limit + 1}
 	switch {
 	case f.Status == "paused":
 		o.Paused = true
