@@ -574,7 +574,7 @@ func TestRunWaitsForTheServer(t *testing.T) {
 	// The server comes up on the address the worker was given.
 	up, err := net.Listen("tcp", addr)
 	if err != nil {
-		t.Skipf("the port was taken meanwhile: %v", err)
+		t.Fatalf("listen again on the port picked for the server (another process took it meanwhile?): %v", err)
 	}
 	t.Cleanup(func() { up.Close() })
 	go forward(up, serverHost(t))

@@ -28,16 +28,11 @@ type scheduleRow struct {
 func (d *Dashboard) schedules(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := d.queryContext(r)
 	defer cancel()
-	c, names, err := d.collectionOf(ctx, r)
-	if err != nil {
-		d.serverError(w, r, err)
+	sc := d.scope(ctx, w, r)
+	if sc == nil {
 		return
 	}
-	p, err := d.producer(ctx, c)
-	if err != nil {
-		d.serverError(w, r, err)
-		return
-	}
+	c, names, p := sc.c, sc.names, sc.p
 	// No index knows which tasks have a plan: read a bounded number.
 	list, err := p.List(ctx, mscheduler.ListOpts{Limit: scheduleScan + 1})
 	if err != nil {

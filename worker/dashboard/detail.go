@@ -42,19 +42,14 @@ type actionButton struct {
 func (d *Dashboard) task(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := d.queryContext(r)
 	defer cancel()
-	c, names, err := d.collectionOf(ctx, r)
-	if err != nil {
-		d.serverError(w, r, err)
+	sc := d.scope(ctx, w, r)
+	if sc == nil {
 		return
 	}
+	c, names, p := sc.c, sc.names, sc.p
 	key := r.URL.Query().Get("key")
 	if key == "" {
 		d.fail(w, r, http.StatusBadRequest, "Name a task: the key parameter is empty.")
-		return
-	}
-	p, err := d.producer(ctx, c)
-	if err != nil {
-		d.serverError(w, r, err)
 		return
 	}
 	ti, err := p.Get(ctx, key)

@@ -45,6 +45,27 @@ func (d *Dashboard) collectionOf(ctx context.Context, r *http.Request) (string, 
 	return c, names, nil
 }
 
+// pageScope is what a page about one collection starts from.
+type pageScope struct {
+	c     string   // the collection
+	names []string // every collection shown
+	p     *mscheduler.Producer[bson.RawValue]
+}
+
+// scope reads the collection a page is about and its producer. On an
+// error it has answered the request, and returns nil.
+func (d *Dashboard) scope(ctx context.Context, w http.ResponseWriter, r *http.Request) *pageScope {
+	c, names, err := d.collectionOf(ctx, r)
+	if err == nil {
+		var p *mscheduler.Producer[bson.RawValue]
+		if p, err = d.producer(ctx, c); err == nil {
+			return &pageScope{c: c, names: names, p: p}
+		}
+	}
+	d.serverError(w, r, err)
+	return nil
+}
+
 // serverError shows an error of the server or the library.
 func (d *Dashboard) serverError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
@@ -258,23 +279,18 @@ func (f *listFilter) opts() mscheduler.ListOpts {
 func (d *Dashboard) tasks(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := d.queryContext(r)
 	defer cancel()
-	c, names, err := d.collectionOf(ctx, r)
-	if err != nil {
-		d.serverError(w, r, err)
+	sc := d.scope(ctx, w, r)
+	if sc == nil {
 		return
 	}
+	c, names := sc.c, sc.names
 	f, err := readListFilter(r.URL.Query())
 	if err != nil {
 		d.render(w, http.StatusBadRequest, "tasks", view{Title: "Tasks", Nav: "tasks", Collections: names, Collection: c,
 			Message: "Bad filter: " + err.Error(), Bad: true, Data: &listFilter{Statuses: statuses, Limit: listLimitDefault}})
 		return
 	}
-	p, err := d.producer(ctx, c)
-	if err != nil {
-		d.serverError(w, r, err)
-		return
-	}
-	list, err := p.List(ctx, f.opts())
+	list, err := sc.p.List(ctx, f.opts())
 	if err != nil {
 		d.serverError(w, r, err)
 		return
