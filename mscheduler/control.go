@@ -121,8 +121,8 @@ func (p *Producer[P]) read(ctx context.Context, key, verb string) (*taskDoc, err
 // resumeUpdate unpauses the task and, for a plan whose current planned time
 // passed while no run of it was going, moves it on as a late first start
 // under MissedSkip with no grace would: to the first planned time after
-// now, the others skipped (none left: the plan finishes). Pending skips are
-// left for the claim to apply.
+// now, the others skipped and counted as missed too (none left: the plan
+// finishes). Pending skips are left for the claim to apply.
 func resumeUpdate(doc *taskDoc, now time.Time, retention Retention) (bson.D, error) {
 	set := bson.D{{Key: fUpdatedAt, Value: now}}
 	inc := bson.D{{Key: fRev, Value: 1}}
@@ -138,10 +138,10 @@ func resumeUpdate(doc *taskDoc, now time.Time, retention Retention) (bson.D, err
 			if exp := retention.taskExpiry(StatusFinished, now); exp != nil {
 				set = append(set, bson.E{Key: fExpireAt, Value: *exp})
 			}
-			inc = append(inc, bson.E{Key: pSkipped, Value: step.Skipped})
+			inc = append(inc, bson.E{Key: pSkipped, Value: step.Skipped}, bson.E{Key: pMissedCount, Value: missedOf(step, 0)})
 		case !step.Next.Equal(pl.Planned):
 			set = append(set, bson.E{Key: fRunAt, Value: step.Next}, bson.E{Key: pPlanned, Value: step.Next}, bson.E{Key: pScheduled, Value: now})
-			inc = append(inc, bson.E{Key: pSkipped, Value: step.Skipped})
+			inc = append(inc, bson.E{Key: pSkipped, Value: step.Skipped}, bson.E{Key: pMissedCount, Value: missedOf(step, 0)})
 		}
 	}
 	return bson.D{

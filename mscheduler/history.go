@@ -5,6 +5,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -172,7 +175,9 @@ type RunPage struct {
 
 // Runs returns the task collection's run records that f selects, newest
 // first, a page at a time. Every filter is served by an index of the
-// history collection (by key, worker or outcome, then finish time).
+// history collection (by key, worker or outcome, then finish time). A
+// record that cannot be read as stored does not fail the call: it is
+// listed with what could be read, and its RunInfo.Problem.
 func (p *Producer[P]) Runs(ctx context.Context, f RunFilter) (*RunPage, error) {
 	limit := f.Limit
 	switch {
@@ -201,52 +206,314 @@ func (p *Producer[P]) Runs(ctx context.Context, f RunFilter) (*RunPage, error) {
 	if len(finished) > 0 {
 		filter = append(filter, bson.E{Key: "finished", Value: finished})
 	}
+	base := slices.Clip(filter)
+	var after runPos
 	if f.After != "" {
-		at, id, err := decodeCursor(f.After)
-		if err != nil {
+		var err error
+		if after, err = decodeCursor(f.After); err != nil {
 			return nil, invalid("After", "is not a cursor this library gave: %v", err)
 		}
-		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
-			bson.D{{Key: "finished", Value: op("$lt", at)}},
-			bson.D{{Key: "finished", Value: at}, {Key: fID, Value: op("$lt", id)}},
-		}})
+		filter = append(base, bson.E{Key: "$or", Value: after.after()})
 	}
-	opts := options.Find().SetSort(bson.D{{Key: "finished", Value: -1}, {Key: fID, Value: -1}}).SetLimit(int64(limit + 1))
-	cur, err := historyCollection(p.coll).Find(ctx, filter, opts)
+	raws, err := p.findRuns(ctx, filter, limit+1)
 	if err != nil {
-		return nil, fmt.Errorf("mscheduler: runs: %w", err)
+		return nil, err
 	}
-	var docs []historyDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("mscheduler: runs: %w", err)
+	// The filter after a sound record's cursor compares dates with dates,
+	// as it always did. Records whose finished is not a date (edited by
+	// hand) sort after every date: once the dates are read, read on into
+	// them. (Since and Until select dates only.)
+	if f.After != "" && after.sound() && len(raws) <= limit && f.Since.IsZero() && f.Until.IsZero() {
+		more, err := p.findRuns(ctx, append(base, bson.E{Key: "$or", Value: belowBracket(rankOf(bson.TypeDateTime))}), limit+1-len(raws))
+		if err != nil {
+			return nil, err
+		}
+		raws = append(raws, more...)
 	}
-	page := &RunPage{Runs: make([]RunInfo, 0, min(len(docs), limit))}
-	for i, d := range docs {
+	page := &RunPage{Runs: make([]RunInfo, 0, min(len(raws), limit))}
+	for i, raw := range raws {
 		if i == limit {
-			last := docs[limit-1]
-			page.Next = encodeCursor(last.Record.Finished, last.ID)
+			page.Next = encodeCursor(posOf(raws[limit-1]))
+			if page.Next == f.After { // cannot happen with a strict filter; never loop on it
+				page.Next = ""
+			}
 			break
 		}
-		info := newRunInfo(d.Record)
-		info.Key = d.Key
+		info, prob := readHistoryRecord(raw)
+		if prob != nil {
+			info.Problem = prob.Error()
+		}
 		page.Runs = append(page.Runs, info)
 	}
 	return page, nil
 }
 
-func encodeCursor(finished time.Time, runID string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(finished.UnixMilli(), 10) + ":" + runID))
+// findRuns reads up to n history records, in the order of Runs, as stored.
+func (p *Producer[P]) findRuns(ctx context.Context, filter bson.D, n int) ([]bson.Raw, error) {
+	cur, err := findPage(ctx, historyCollection(p.coll), pageQuery{filter: filter,
+		sort: bson.D{{Key: "finished", Value: -1}, {Key: fID, Value: -1}}, limit: int64(n)})
+	if err != nil {
+		return nil, fmt.Errorf("mscheduler: runs: %w", err)
+	}
+	var raws []bson.Raw
+	if err := cur.All(ctx, &raws); err != nil {
+		return nil, fmt.Errorf("mscheduler: runs: %w", err)
+	}
+	return raws, nil
 }
 
-func decodeCursor(s string) (time.Time, string, error) {
+// historyFields are the fields of a history record, with their Go types.
+var historyFields = func() map[string]reflect.Type {
+	fields := fieldsOf(reflect.TypeFor[runRecord]())
+	maps.Copy(fields, fieldsOf(reflect.TypeFor[historyDoc]()))
+	return fields
+}()
+
+// readHistoryRecord reads a record of the history collection for Runs.
+// It never fails: a field that does not decode is left zero, and the
+// problem names the first such field, or else a finish time that is not
+// a date.
+func readHistoryRecord(raw bson.Raw) (RunInfo, *problem) {
+	var d historyDoc
+	prob := decodeRecord(raw, historyFields, &d)
+	if prob == nil {
+		prob = dateProblem(raw, "finished")
+	}
+	info := newRunInfo(d.Record)
+	info.Key = d.Key
+	if info.RunID == "" { // a record written by hand without run_id
+		info.RunID = d.ID
+	}
+	return info, prob
+}
+
+// decodeRecord decodes a stored document into out, a pointer to a struct
+// whose fields (by bson name) are fields, leniently: when the document
+// does not decode, the fields that do not decode alone are left zero and
+// the first of them is named in the problem.
+func decodeRecord(raw bson.Raw, fields map[string]reflect.Type, out any) *problem {
+	err := bson.Unmarshal(raw, out)
+	if err == nil {
+		return nil
+	}
+	reflect.ValueOf(out).Elem().SetZero()
+	elems, verr := raw.Elements()
+	if verr != nil {
+		return &problem{field: "(document)", reason: fmt.Sprintf("is not valid BSON: %v", verr)}
+	}
+	var prob *problem
+	good := bson.D{}
+	for _, e := range elems {
+		if typ, ok := fields[e.Key()]; ok {
+			if p := inspectValue(e.Key(), typ, e.Value()); p != nil {
+				if prob == nil {
+					prob = p
+				}
+				continue
+			}
+		}
+		good = append(good, bson.E{Key: e.Key(), Value: e.Value()})
+	}
+	if b, err := bson.Marshal(good); err == nil {
+		_ = bson.Unmarshal(b, out)
+	}
+	if prob == nil { // not reached when every field decodes alone
+		prob = &problem{field: "(document)", reason: fmt.Sprintf("cannot be decoded: %v", err)}
+	}
+	return prob
+}
+
+// dateProblem says what is wrong with a field that queries compare with
+// dates (a string or number there decodes, but sorts apart from dates
+// and matches no date range), or nil for a date.
+func dateProblem(raw bson.Raw, field string) *problem {
+	v := raw.Lookup(field)
+	switch v.Type {
+	case bson.TypeDateTime:
+		return nil
+	case 0, bson.TypeNull:
+		return &problem{field: field, reason: "is missing"}
+	}
+	return &problem{field: field, reason: fmt.Sprintf("must be %s, got %s", describeType(timeType), describeValue(v))}
+}
+
+// A cursor of Runs is the position of the last record of a page in the
+// order of Runs (finished descending, then _id descending), as stored.
+// For a sound record, a date and a string run id, it is the finish time
+// in milliseconds and the run id, and the next page's filter is the one
+// Runs always used. For a record edited by hand into another shape it
+// carries the raw values, and the next page's filter also reads on into
+// the type brackets that sort after them, so that paging neither skips
+// nor repeats a record. (A record with exactly a sound record's finish
+// time and an _id sorting below strings, a number, is not reached past
+// that record.)
+type runPos struct {
+	finished bson.RawValue // null when missing: a missing field sorts as null
+	id       bson.RawValue
+}
+
+// sound reports a position of a date and a string run id.
+func (p runPos) sound() bool {
+	return p.finished.Type == bson.TypeDateTime && p.id.Type == bson.TypeString
+}
+
+func posOf(raw bson.Raw) runPos {
+	pos := runPos{finished: raw.Lookup("finished"), id: raw.Lookup(fID)}
+	if pos.finished.Type == 0 || pos.finished.Type == bson.TypeUndefined {
+		pos.finished = bson.RawValue{Type: bson.TypeNull}
+	}
+	return pos
+}
+
+// after selects the records after p, as the branches of an $or.
+func (p runPos) after() bson.A {
+	if p.sound() {
+		return bson.A{
+			bson.D{{Key: "finished", Value: op("$lt", p.finished)}},
+			bson.D{{Key: "finished", Value: p.finished}, {Key: fID, Value: op("$lt", p.id)}},
+		}
+	}
+	rank := rankOf(p.finished.Type)
+	var or bson.A
+	if rank > rankNull && p.finished.Type != bson.TypeRegex { // a regex cannot be compared by $lt
+		or = append(or, bson.D{{Key: "finished", Value: op("$lt", p.finished)}})
+	}
+	same := op("$eq", p.finished) // $eq: a regex is compared, not matched; null also matches a missing field
+	or = append(or, bson.D{{Key: "finished", Value: same}, {Key: fID, Value: op("$lt", p.id)}})
+	if below := typesBelow(rankOf(p.id.Type)); len(below) > 0 {
+		or = append(or, bson.D{{Key: "finished", Value: same}, {Key: fID, Value: op("$type", below)}})
+	}
+	return append(or, belowBracket(rank)...)
+}
+
+// The sort order of BSON types (MongoDB's, which the development server
+// follows); arrays sort by their elements.
+const (
+	rankMinKey = iota
+	rankNull   // and missing, undefined
+	rankNumber
+	rankString
+	rankObject
+	rankArray
+	rankBinary
+	rankObjectID
+	rankBool
+	rankDate
+	rankTimestamp
+	rankRegex
+	rankOther // DBPointer, JavaScript
+	rankMaxKey
+)
+
+func rankOf(t bson.Type) int {
+	switch t {
+	case bson.TypeMinKey:
+		return rankMinKey
+	case 0, bson.TypeUndefined, bson.TypeNull:
+		return rankNull
+	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble, bson.TypeDecimal128:
+		return rankNumber
+	case bson.TypeString, bson.TypeSymbol:
+		return rankString
+	case bson.TypeEmbeddedDocument:
+		return rankObject
+	case bson.TypeArray:
+		return rankArray
+	case bson.TypeBinary:
+		return rankBinary
+	case bson.TypeObjectID:
+		return rankObjectID
+	case bson.TypeBoolean:
+		return rankBool
+	case bson.TypeDateTime:
+		return rankDate
+	case bson.TypeTimestamp:
+		return rankTimestamp
+	case bson.TypeRegex:
+		return rankRegex
+	case bson.TypeMaxKey:
+		return rankMaxKey
+	}
+	return rankOther
+}
+
+// typeAliases are the $type aliases (known to MongoDB and the development
+// server) of the brackets a record may sort in, null and arrays aside.
+var typeAliases = []struct {
+	rank  int
+	alias string
+}{
+	{rankNumber, "number"}, {rankString, "string"}, {rankObject, "object"}, {rankBinary, "binData"},
+	{rankObjectID, "objectId"}, {rankBool, "bool"}, {rankDate, "date"}, {rankTimestamp, "timestamp"}, {rankRegex, "regex"},
+}
+
+// typesBelow are the $type aliases of the brackets below rank, null
+// included.
+func typesBelow(rank int) bson.A {
+	var out bson.A
+	if rank > rankNull {
+		out = append(out, "null")
+	}
+	for _, a := range typeAliases {
+		if a.rank < rank {
+			out = append(out, a.alias)
+		}
+	}
+	return out
+}
+
+// belowBracket selects, as the branches of an $or, the records whose
+// finished sorts in a bracket below rank, a missing one included.
+func belowBracket(rank int) bson.A {
+	if rank <= rankNull {
+		return nil
+	}
+	or := bson.A{bson.D{{Key: "finished", Value: nil}}}
+	if below := typesBelow(rank)[1:]; len(below) > 0 {
+		or = append(or, bson.D{{Key: "finished", Value: op("$type", below)}})
+	}
+	return or
+}
+
+// rawCursor marks a cursor that carries raw values.
+const rawCursor = '~'
+
+func encodeCursor(p runPos) string {
+	if p.sound() {
+		return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(p.finished.DateTime(), 10) + ":" + p.id.StringValue()))
+	}
+	b, err := bson.Marshal(bson.D{{Key: "f", Value: p.finished}, {Key: "i", Value: p.id}})
+	if err != nil { // raw values read from the server always marshal
+		return ""
+	}
+	return base64.RawURLEncoding.EncodeToString(append([]byte{rawCursor}, b...))
+}
+
+func decodeCursor(s string) (runPos, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
-		return time.Time{}, "", err
+		return runPos{}, err
+	}
+	if len(b) > 0 && b[0] == rawCursor {
+		doc := bson.Raw(b[1:])
+		if err := doc.Validate(); err != nil {
+			return runPos{}, errors.New("malformed")
+		}
+		p := runPos{finished: doc.Lookup("f"), id: doc.Lookup("i")}
+		if p.finished.Type == 0 || p.id.Type == 0 {
+			return runPos{}, errors.New("malformed")
+		}
+		return p, nil
 	}
 	ms, id, ok := strings.Cut(string(b), ":")
 	n, err := strconv.ParseInt(ms, 10, 64)
 	if !ok || err != nil || id == "" {
-		return time.Time{}, "", errors.New("malformed")
+		return runPos{}, errors.New("malformed")
 	}
-	return time.UnixMilli(n).UTC(), id, nil
+	return runPos{finished: rawValue(time.UnixMilli(n).UTC()), id: rawValue(id)}, nil
+}
+
+func rawValue(v any) bson.RawValue {
+	t, b, _ := bson.MarshalValue(v) // a time or a string
+	return bson.RawValue{Type: t, Value: b}
 }

@@ -10,7 +10,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // TaskInfo is a task as stored: its parameters and options, and where it
@@ -48,8 +47,19 @@ type HolderInfo struct {
 
 // PlanInfo is where a task's plan stands.
 type PlanInfo struct {
-	Planned                 time.Time // the current occurrence
+	Planned time.Time // the current occurrence
+	// Runs counts the occurrences that ran. Skipped counts the planned
+	// times used up without running, Missed included: Skipped - Missed
+	// were skipped on request (SkipNext). SkipNext is how many coming
+	// planned times are still to be skipped.
 	Runs, Skipped, SkipNext int
+	// Missed counts the skipped planned times that came and went without
+	// a run: passed over by the missed-run policy (workers down, the
+	// task paused, a late start) or by the overrun policy during a run.
+	// It is stored as plan.missed_count; a task stored by a version
+	// that did not count it starts from 0 (its earlier missed times are
+	// in Skipped only).
+	Missed int
 	// Upcoming are the next planned times as the workers will run them,
 	// from when the task was read, if each runs on time: the current
 	// occurrence first, unless it is too late for the missed-run policy
@@ -85,6 +95,12 @@ type RunInfo struct {
 	Attempts          int
 	Error             string
 	Result            bson.RawValue // as stored; decode it into the handler's R
+	// Problem, from Producer.Runs, names the field of a history record
+	// that cannot be read as stored (edited by hand into the wrong shape,
+	// say outcome: 5 or finished: "yesterday") and why, in the words used
+	// for tasks; the record is listed with the fields that could be read.
+	// Empty for a sound record.
+	Problem string
 }
 
 func newRunInfo(r runRecord) RunInfo {
@@ -117,8 +133,28 @@ type ListOpts struct {
 	Statuses []Status
 	// Paused selects only paused tasks.
 	Paused bool
-	// After selects the tasks whose key sorts after it: the key of the
-	// last task of the previous page, to read on from there.
+	// Group selects the tasks of this group (Task.Group).
+	Group string
+	// Recurring selects the tasks that have a plan. No index knows them:
+	// the server reads the tasks in the Sort order until it has Limit of
+	// them, so bound it with a deadline on ctx.
+	Recurring bool
+	// RunAtFrom and RunAtBefore select the tasks whose run_at (the next
+	// run time; for a finished task, the time it was last due) is at or
+	// after RunAtFrom and before RunAtBefore. A zero time leaves its side
+	// open; with both set, RunAtBefore must be after RunAtFrom.
+	RunAtFrom, RunAtBefore time.Time
+	// Sort is the order: [SortByKey] (the zero value), [SortByRunAt] or
+	// [SortByPriority] (the claim order).
+	Sort ListSort
+	// After selects the tasks that come after the task with this key in
+	// the Sort order: the key of the last task of the previous page, to
+	// read on from there. Under a sort other than by key, List reads that
+	// task's run_at and priority now and continues from them; if the task
+	// no longer exists it returns an error matching [ErrNotFound] (start
+	// again from the first page). The list is live, not a snapshot: a
+	// task whose run_at or priority changes between pages (it ran, was
+	// rescheduled or reprioritized) may be listed twice or not at all.
 	After string
 	// KeyPrefix selects the tasks whose key starts with it (served by the
 	// _id index).
@@ -130,9 +166,22 @@ type ListOpts struct {
 // ListLimitDefault is the default ListOpts.Limit.
 const ListLimitDefault = 100
 
-// List returns the tasks that opts selects, by key. A document that cannot
-// be read whole is listed with its Problem.
+// List returns the tasks that opts selects, in the order of opts.Sort. A
+// document that cannot be read whole is listed with its Problem. An unknown
+// Sort, or a RunAtBefore not after RunAtFrom, is refused with an
+// *InvalidError naming the field, before any query.
+//
+// Every filter is a plain query. With Statuses set, the claim index
+// {status, priority -1, run_at} bounds a list by priority (its paging
+// conditions included) and the due index {status, run_at} a list by
+// run_at and the RunAt range; the key, which breaks ties, is in neither,
+// so the server sorts the tasks that match, keeping the first Limit. No
+// index is added for List: it serves operators and dashboards, not the
+// workers, and each index costs every claim and run end a write.
 func (p *Producer[P]) List(ctx context.Context, opts ListOpts) ([]TaskInfo[P], error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
 	filter := bson.D{}
 	if len(opts.Tags) > 0 {
 		filter = append(filter, bson.E{Key: fTags, Value: op("$all", opts.Tags)})
@@ -143,9 +192,26 @@ func (p *Producer[P]) List(ctx context.Context, opts ListOpts) ([]TaskInfo[P], e
 	if opts.Paused {
 		filter = append(filter, bson.E{Key: fPaused, Value: true})
 	}
+	if opts.Group != "" {
+		filter = append(filter, bson.E{Key: fGroup, Value: opts.Group})
+	}
+	if opts.Recurring {
+		filter = append(filter, bson.E{Key: fPlan, Value: op("$type", "object")})
+	}
+	if r := runAtRange(opts.RunAtFrom, opts.RunAtBefore); len(r) > 0 {
+		filter = append(filter, bson.E{Key: fRunAt, Value: r})
+	}
 	var byKey bson.D
-	if opts.After != "" {
+	switch {
+	case opts.After == "":
+	case opts.Sort == SortByKey:
 		byKey = append(byKey, bson.E{Key: "$gt", Value: opts.After})
+	default:
+		after, err := afterSortValues(ctx, p.coll, opts.Sort, opts.After)
+		if err != nil {
+			return nil, err
+		}
+		filter = append(filter, keysetFilter(opts.Sort.keys(), after))
 	}
 	if opts.KeyPrefix != "" {
 		// An anchored, case-sensitive regex is served by the _id index.
@@ -158,7 +224,7 @@ func (p *Producer[P]) List(ctx context.Context, opts ListOpts) ([]TaskInfo[P], e
 	if limit <= 0 {
 		limit = ListLimitDefault
 	}
-	cur, err := p.coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: fID, Value: 1}}).SetLimit(int64(limit)).SetProjection(bson.D{{Key: fRuns, Value: 0}}))
+	cur, err := findPage(ctx, p.coll, pageQuery{filter: filter, sort: opts.Sort.sort(), limit: int64(limit), projection: bson.D{{Key: fRuns, Value: 0}}})
 	if err != nil {
 		return nil, fmt.Errorf("mscheduler: list: %w", err)
 	}
@@ -191,7 +257,7 @@ func newTaskInfo[P any](raw bson.Raw, now time.Time) *TaskInfo[P] {
 	}
 	slices.SortFunc(info.Holders, func(a, b HolderInfo) int { return a.Started.Compare(b.Started) })
 	if pl := doc.Plan; pl != nil {
-		info.Plan = &PlanInfo{Planned: pl.Planned, Runs: pl.Runs, Skipped: pl.Skipped, SkipNext: pl.SkipNext}
+		info.Plan = &PlanInfo{Planned: pl.Planned, Runs: pl.Runs, Skipped: pl.Skipped, SkipNext: pl.SkipNext, Missed: pl.MissedCount}
 		if prob == nil {
 			info.Plan.Upcoming = upcoming(&doc, now, UpcomingDefault)
 		}

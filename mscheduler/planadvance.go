@@ -50,6 +50,10 @@ func (a *planAdvance) refresh(concurrency, skipNext int) {
 	a.step = a.sched.next(PlanState{Last: a.planned, Runs: a.runs + 1, Skipped: a.skipped, Started: a.started, SkipNext: skipNext}, a.now)
 }
 
+// missed is how many of the step's skipped planned times were missed: the
+// step consumes the plan's skip_next, and the write sets it to 0.
+func (a *planAdvance) missed() int { return missedOf(a.step, a.skipNext) }
+
 func (a *planAdvance) fence() bson.D {
 	return bson.D{
 		{Key: pPlanned, Value: a.planned},
@@ -64,7 +68,7 @@ func (e *runEnd) advanceUpdate() bson.D {
 	a := e.advance
 	return bson.D{
 		{Key: "$unset", Value: bson.D{{Key: holderPath(e.workerID), Value: ""}, {Key: fNextExpiry, Value: ""}, {Key: fDoneBy, Value: ""}, {Key: pStarted, Value: ""}}},
-		{Key: "$inc", Value: bson.D{{Key: fRunning, Value: -1}, {Key: fRev, Value: 1}, {Key: pRuns, Value: 1}, {Key: pSkipped, Value: a.step.Skipped}}},
+		{Key: "$inc", Value: bson.D{{Key: fRunning, Value: -1}, {Key: fRev, Value: 1}, {Key: pRuns, Value: 1}, {Key: pSkipped, Value: a.step.Skipped}, {Key: pMissedCount, Value: a.missed()}}},
 		{Key: "$push", Value: e.pushRecord()},
 		{Key: "$set", Value: bson.D{
 			{Key: fStatus, Value: StatusPending},

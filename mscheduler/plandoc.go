@@ -14,6 +14,7 @@ const (
 	pPlanned      = "plan.planned"
 	pRuns         = "plan.runs"
 	pSkipped      = "plan.skipped"
+	pMissedCount  = "plan.missed_count"
 	pSkipNext     = "plan.skip_next"
 	pScheduled    = "plan.scheduled"
 	pStarted      = "plan.started"
@@ -47,14 +48,25 @@ type planDoc struct {
 	// past (a queued overrun, a catch-up).
 	Scheduled time.Time `bson:"scheduled,omitempty"`
 	// Runs counts the occurrences that ran, Skipped the planned times that
-	// did not.
+	// did not, and MissedCount those of the skipped ones that were missed
+	// (came and went without a run) rather than skipped on request
+	// (skip_next). It is missed_count, not missed: missed is the policy.
+	// A document written before it has none: 0.
 	// Started says a run of the current occurrence has begun (and ended
 	// without completing it, released say): the occurrence is completed
 	// however late, never judged as missed.
-	Started  bool `bson:"started,omitempty"`
-	Runs     int  `bson:"runs"`
-	Skipped  int  `bson:"skipped"`
-	SkipNext int  `bson:"skip_next"`
+	Started     bool `bson:"started,omitempty"`
+	Runs        int  `bson:"runs"`
+	Skipped     int  `bson:"skipped"`
+	MissedCount int  `bson:"missed_count"`
+	SkipNext    int  `bson:"skip_next"`
+}
+
+// missedOf is how many of a step's skipped planned times were missed
+// rather than skipped on request: skipNext is the plan's skip_next that
+// the step consumed (0 if it did not), and those skips count first.
+func missedOf(step Step, skipNext int) int {
+	return step.Skipped - min(max(skipNext, 0), step.Skipped)
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -152,7 +164,7 @@ func applyPlan(doc *taskDoc, p Plan, runAt, now time.Time, prefix string) error 
 	}
 	step := s.next(PlanState{}, now)
 	doc.Plan = newPlanDoc(p, p.Start)
-	doc.Plan.Skipped = step.Skipped
+	doc.Plan.Skipped, doc.Plan.MissedCount = step.Skipped, missedOf(step, 0)
 	if step.Done {
 		doc.Status, doc.Free = StatusFinished, 0
 		return nil

@@ -33,11 +33,13 @@ func (c *Consumer[P, R]) planGate(doc *taskDoc) bool {
 		bson.E{Key: fRunning, Value: 1}, bson.E{Key: fSucceeded, Value: 0}, bson.E{Key: fFailedRuns, Value: 0},
 		bson.E{Key: pPlanned, Value: planned}, skipNextFence(doc.Plan.SkipNext))
 	retarget := !step.Done && !step.Next.After(now)
-	update := giveBackUpdate(c.cfg.WorkerID, doc.Concurrency, step, now, c.cfg.Retention)
+	// The step consumed the pending skips (the write sets skip_next to 0).
+	missed := missedOf(step, doc.Plan.SkipNext)
+	update := giveBackUpdate(c.cfg.WorkerID, doc.Concurrency, step, missed, now, c.cfg.Retention)
 	if retarget {
 		update = bson.D{
 			{Key: "$set", Value: bson.D{{Key: pPlanned, Value: step.Next}, {Key: pScheduled, Value: now}, {Key: fRunAt, Value: step.Next}, {Key: pSkipNext, Value: 0}}},
-			{Key: "$inc", Value: bson.D{{Key: pSkipped, Value: step.Skipped}, {Key: fRev, Value: 1}}},
+			{Key: "$inc", Value: bson.D{{Key: pSkipped, Value: step.Skipped}, {Key: pMissedCount, Value: missed}, {Key: fRev, Value: 1}}},
 		}
 	}
 	ctx, cancel := c.writeCtx()
@@ -55,6 +57,7 @@ func (c *Consumer[P, R]) planGate(doc *taskDoc) bool {
 	if retarget {
 		c.log.Info("missed planned times skipped; running the latest", "key", doc.Key, "skipped", step.Skipped, "planned", step.Next)
 		doc.Plan.Planned, doc.Plan.Skipped, doc.Plan.SkipNext, doc.RunAt = step.Next, doc.Plan.Skipped+step.Skipped, 0, step.Next
+		doc.Plan.MissedCount += missed
 		return true
 	}
 	c.log.Info("missed planned times skipped", "key", doc.Key, "skipped", step.Skipped, "next", step.Next, "finished", step.Done)
@@ -63,8 +66,9 @@ func (c *Consumer[P, R]) planGate(doc *taskDoc) bool {
 }
 
 // giveBackUpdate undoes a claim and moves the task to the step's planned
-// time, or finishes it.
-func giveBackUpdate(workerID string, concurrency int, step Step, now time.Time, retention Retention) bson.D {
+// time, or finishes it; missed of the step's skipped planned times were
+// missed (see missedOf).
+func giveBackUpdate(workerID string, concurrency int, step Step, missed int, now time.Time, retention Retention) bson.D {
 	set := bson.D{{Key: fStatus, Value: StatusPending}, {Key: fRunAt, Value: step.Next}, {Key: pPlanned, Value: step.Next}, {Key: pScheduled, Value: now}}
 	if step.Done {
 		set = bson.D{{Key: fStatus, Value: StatusFinished}, {Key: fFree, Value: 0}}
@@ -73,7 +77,7 @@ func giveBackUpdate(workerID string, concurrency int, step Step, now time.Time, 
 		}
 	}
 	set = append(set, bson.E{Key: pSkipNext, Value: 0}, bson.E{Key: fUpdatedAt, Value: now})
-	inc := bson.D{{Key: fRunning, Value: -1}, {Key: fRev, Value: 1}, {Key: pSkipped, Value: step.Skipped}}
+	inc := bson.D{{Key: fRunning, Value: -1}, {Key: fRev, Value: 1}, {Key: pSkipped, Value: step.Skipped}, {Key: pMissedCount, Value: missed}}
 	if !step.Done {
 		inc = append(inc, bson.E{Key: fFree, Value: 1})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -28,7 +29,9 @@ const (
 	WorkerForgetAfter = time.Hour
 )
 
-// WorkerInfo is a worker process as it announces itself.
+// WorkerInfo is a worker process as it announces itself. A document that
+// cannot be read as stored is still listed by ListWorkers, with Problem
+// saying why and the fields that could be read.
 type WorkerInfo struct {
 	ID          string    `bson:"_id"`
 	Host        string    `bson:"host"`
@@ -45,9 +48,18 @@ type WorkerInfo struct {
 	// Stale says no heartbeat came for StaleAfterBeats intervals: the
 	// process is dead or cut off. Computed by ListWorkers; not stored.
 	Stale bool `bson:"-"`
+	// Problem names the field of the stored document that cannot be read
+	// (edited by hand into the wrong shape, say pid: "abc") and why, in
+	// the words used for tasks ("field pid must be a whole number, got
+	// string \"abc\""); that field is left zero. Empty for a sound
+	// document. Computed by ListWorkers; not stored.
+	Problem string `bson:"-"`
 }
 
 func workers(db *mongo.Database) *mongo.Collection { return db.Collection(WorkersCollection) }
+
+// workerFields are the stored fields of a worker, with their Go types.
+var workerFields = fieldsOf(reflect.TypeFor[WorkerInfo]())
 
 // Heartbeat writes a worker's document (it replaces the last one) with
 // the server's time as LastSeen. The worker runtime calls it every
@@ -115,21 +127,32 @@ func ForgetWorkers(ctx context.Context, db *mongo.Database) (int64, error) {
 
 // ListWorkers returns the worker processes that announced themselves in
 // db, by id, each marked stale when no heartbeat came for StaleAfterBeats
-// of its intervals (by the server's clock).
+// of its intervals (by the server's clock). A document that cannot be
+// read as stored does not fail the call: it is listed with what could be
+// read (its id, when it is a string) and its Problem; one whose last_seen
+// cannot be read is stale.
 func ListWorkers(ctx context.Context, db *mongo.Database) ([]WorkerInfo, error) {
 	now, err := ServerTime(ctx, db)
 	if err != nil {
 		return nil, err
 	}
-	cur, err := workers(db).Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: fID, Value: 1}}).SetLimit(10_000))
+	cur, err := findPage(ctx, workers(db), pageQuery{filter: bson.D{}, sort: bson.D{{Key: fID, Value: 1}}, limit: 10_000})
 	if err != nil {
 		return nil, fmt.Errorf("mscheduler: list workers: %w", err)
 	}
-	var out []WorkerInfo
-	if err := cur.All(ctx, &out); err != nil {
+	var raws []bson.Raw
+	if err := cur.All(ctx, &raws); err != nil {
 		return nil, fmt.Errorf("mscheduler: list workers: %w", err)
 	}
-	for i := range out {
+	out := make([]WorkerInfo, len(raws))
+	for i, raw := range raws {
+		prob := decodeRecord(raw, workerFields, &out[i])
+		if prob == nil {
+			prob = dateProblem(raw, "last_seen")
+		}
+		if prob != nil {
+			out[i].Problem = prob.Error()
+		}
 		beats := fromMS(max(out[i].HeartbeatMS, 1))
 		out[i].Stale = now.Sub(out[i].LastSeen) > StaleAfterBeats*beats
 	}

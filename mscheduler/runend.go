@@ -203,7 +203,7 @@ func (e *runEnd) update(c endCase) bson.D {
 	}
 	if c.advance { // the plan is done
 		c.status = StatusFinished
-		inc = append(inc, bson.E{Key: pRuns, Value: 1}, bson.E{Key: pSkipped, Value: e.advance.step.Skipped})
+		inc = append(inc, bson.E{Key: pRuns, Value: 1}, bson.E{Key: pSkipped, Value: e.advance.step.Skipped}, bson.E{Key: pMissedCount, Value: e.advance.missed()})
 		set = append(set, bson.E{Key: pSkipNext, Value: 0})
 	}
 	if c.status != "" {

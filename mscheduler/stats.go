@@ -22,6 +22,9 @@ type Stats struct {
 	// OldestDue is the run_at of the claimable task that has waited
 	// longest (due, a slot free, not paused); zero when none waits.
 	OldestDue time.Time
+	// Due is the queue depth: the claimable tasks whose time has come (due,
+	// a slot free, not paused), which idle workers would take now.
+	Due int64
 	// RunsLastHour and FailuresLastHour count the runs that ended in the
 	// last hour, and those of them that failed or expired (from the run
 	// history).
@@ -56,6 +59,9 @@ func (p *Producer[P]) Stats(ctx context.Context) (*Stats, error) {
 		return nil, fmt.Errorf("mscheduler: stats: %w", err)
 	}
 	s.OldestDue = oldest.RunAt
+	if s.Due, err = p.coll.CountDocuments(qctx, waiting); err != nil {
+		return nil, fmt.Errorf("mscheduler: stats: %w", err)
+	}
 	history := historyCollection(p.coll)
 	since := op("$gte", now.Add(-time.Hour))
 	if s.RunsLastHour, err = history.CountDocuments(qctx, bson.D{{Key: "finished", Value: since}}); err != nil {

@@ -70,6 +70,9 @@ func TestStats(t *testing.T) {
 	if !s.OldestDue.Equal(now.Add(-time.Hour)) {
 		t.Errorf("OldestDue = %v, want the run_at of \"due\", %v", s.OldestDue, now.Add(-time.Hour))
 	}
+	if s.Due != 1 {
+		t.Errorf("Due = %d, want 1: only \"due\" is claimable now (busy has no free slot, paused is paused, later is not due)", s.Due)
+	}
 	if s.RunsLastHour != 2 || s.FailuresLastHour != 1 {
 		t.Errorf("last hour: %d runs, %d failures; want 2 and 1", s.RunsLastHour, s.FailuresLastHour)
 	}

@@ -251,21 +251,35 @@ func TestListByKeyPrefix(t *testing.T) {
 	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
 		t.Fatal(err)
 	}
-	keys := func(opts mscheduler.ListOpts) []string {
-		list, err := p.List(ctxT(t), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, ti := range list {
-			out = append(out, ti.Task.Key)
-		}
-		return out
-	}
+	keys := func(opts mscheduler.ListOpts) []string { return listKeys(t, p, opts) }
 	if got := keys(mscheduler.ListOpts{KeyPrefix: "mail."}); !slices.Equal(got, []string{"mail.1", "mail.2", "mail.3"}) {
 		t.Errorf("prefix mail.: %q", got)
 	}
 	if got := keys(mscheduler.ListOpts{KeyPrefix: "mail.", After: "mail.1", Limit: 1}); !slices.Equal(got, []string{"mail.2"}) {
 		t.Errorf("prefix mail. after mail.1: %q", got)
+	}
+}
+
+// TestListRecurring: Recurring selects the tasks that have a plan, and
+// pages with After.
+func TestListRecurring(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	hourly := mscheduler.Every(1, mscheduler.Hour)
+	tasks := []mscheduler.Task[int]{
+		{Key: "a-once", RunAt: time.Now().Add(time.Hour)},
+		{Key: "b-hourly", Plan: &hourly},
+		{Key: "c-once"},
+		{Key: "d-hourly", Plan: &hourly},
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	keys := func(opts mscheduler.ListOpts) []string { return listKeys(t, p, opts) }
+	if got := keys(mscheduler.ListOpts{Recurring: true}); !slices.Equal(got, []string{"b-hourly", "d-hourly"}) {
+		t.Errorf("recurring: %q", got)
+	}
+	if got := keys(mscheduler.ListOpts{Recurring: true, After: "b-hourly", Limit: 1}); !slices.Equal(got, []string{"d-hourly"}) {
+		t.Errorf("recurring after b-hourly: %q", got)
 	}
 }

@@ -6,8 +6,10 @@
 //
 // Commands:
 //
-//	list [--tag T]... [--status S]... [--limit N] [--json]
-//	                    list tasks by key; every --tag must match, any --status may
+//	list [--tag T]... [--status S]... [--group G] [--from T] [--before T]
+//	     [--sort key|run_at|priority] [--limit N] [--after KEY] [--json]
+//	                    list tasks, by key or by --sort; every --tag must match,
+//	                    any --status may; --from and --before bound run_at
 //	show KEY [--json]   show one task: options, counters, plan, params
 //	update KEY [flags]  change the options and metadata of a task (see update -h)
 //	pause KEY           stop new runs of a task; runs going on finish

@@ -121,6 +121,9 @@ type planJSON struct {
 	SkipNext int       `json:"skip_next"`
 	// Upcoming are the next planned times as the workers will run them.
 	Upcoming []time.Time `json:"upcoming"`
+	// MissedCount is how many of Skipped were missed rather than skipped
+	// on request (missed is the policy).
+	MissedCount int `json:"missed_count"`
 }
 
 func newTaskJSON(ti *info) *taskJSON {
@@ -165,7 +168,7 @@ func newPlanJSON(p *mscheduler.Plan, st *mscheduler.PlanInfo) *planJSON {
 	}
 	out.Upcoming = []time.Time{}
 	if st != nil {
-		out.Planned, out.Runs, out.Skipped, out.SkipNext = st.Planned.UTC(), st.Runs, st.Skipped, st.SkipNext
+		out.Planned, out.Runs, out.Skipped, out.MissedCount, out.SkipNext = st.Planned.UTC(), st.Runs, st.Skipped, st.Missed, st.SkipNext
 		for _, u := range st.Upcoming {
 			out.Upcoming = append(out.Upcoming, u.UTC())
 		}

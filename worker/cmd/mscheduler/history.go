@@ -46,20 +46,31 @@ func runHistory(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 		return libraryError(err)
 	}
 	if *asJSON {
-		runs := runsJSON(page.Runs)
-		for i := range runs {
+		// historyJSON is a run of the history, with the problem of a
+		// record that cannot be read as stored.
+		type historyJSON struct {
+			runJSON
+			Problem string `json:"problem,omitempty"`
+		}
+		runs := make([]historyJSON, len(page.Runs))
+		for i := range page.Runs {
+			runs[i] = historyJSON{runJSON: newRunJSON(&page.Runs[i]), Problem: page.Runs[i].Problem}
 			runs[i].Key = page.Runs[i].Key
 		}
 		return writeJSON(c, struct {
-			Runs []runJSON `json:"runs"`
-			Next string    `json:"next,omitempty"`
+			Runs []historyJSON `json:"runs"`
+			Next string        `json:"next,omitempty"`
 		}{runs, page.Next})
 	}
 	w := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "FINISHED\tKEY\tOUTCOME\tWORKER\tATTEMPTS\tTOOK\tRUN\tERROR")
 	for _, r := range page.Runs {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", timeText(r.Finished), cell(r.Key), r.Outcome, cell(r.WorkerID), r.Attempts,
-			r.Finished.Sub(r.Started).Round(time.Millisecond), r.RunID, truncate(cell(r.Error), descriptionWidth))
+		took := "-" // unknown for a record that lacks a time
+		if !r.Started.IsZero() && !r.Finished.IsZero() {
+			took = r.Finished.Sub(r.Started).Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", timeText(r.Finished), cell(r.Key), cell(string(r.Outcome)), cell(r.WorkerID), r.Attempts,
+			took, cell(r.RunID), truncate(cell(r.Error), descriptionWidth))
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -68,6 +79,17 @@ func runHistory(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 	if page.Next != "" {
 		summary += "; more with --after " + page.Next
 	}
-	_, err = fmt.Fprintln(c.stdout, summary)
-	return err
+	if _, err := fmt.Fprintln(c.stdout, summary); err != nil {
+		return err
+	}
+	// As list does for tasks: under the table, why each record that
+	// cannot be read as stored cannot.
+	for i := range page.Runs {
+		if p := page.Runs[i].Problem; p != "" {
+			if _, err := fmt.Fprintf(c.stdout, "problem: %s: %s\n", cell(page.Runs[i].RunID), cell(p)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

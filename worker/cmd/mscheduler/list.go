@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
 )
@@ -24,8 +25,13 @@ func runList(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error
 	var tags, statusNames stringsFlag
 	fs.Var(&tags, "tag", "only tasks with this `tag` (repeat: all must match)")
 	fs.Var(&statusNames, "status", "only tasks in this `status` (repeat: any may match)")
+	group := fs.String("group", "", "only tasks of this `group`")
+	sortName := fs.String("sort", "key", "the `order`: key, run_at (next run first) or priority (the claim order: highest first, then run_at)")
+	var from, before time.Time
+	fs.Var(timeFlag{&from}, "from", "only tasks whose next run (run_at) is at or after this `time`, RFC 3339")
+	fs.Var(timeFlag{&before}, "before", "only tasks whose next run (run_at) is before this `time`, RFC 3339")
 	limit := fs.Int("limit", mscheduler.ListLimitDefault, "at most this many tasks")
-	after := fs.String("after", "", "only tasks whose key sorts after this `key`: the last key of the previous page")
+	after := fs.String("after", "", "only tasks after the task with this `key` in the order: the last key of the previous page")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	args, err := c.parseArgs(fs, args)
 	if err != nil {
@@ -37,7 +43,15 @@ func runList(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error
 	if *limit < 1 {
 		return usageErrorf("list: --limit must be at least 1, got %d", *limit)
 	}
-	opts := mscheduler.ListOpts{Tags: tags, Limit: *limit + 1, After: *after} // one more tells whether the limit cut the list
+	sort, ok := listSorts[*sortName]
+	if !ok {
+		return usageErrorf("list: unknown --sort %q: want key, run_at or priority", *sortName)
+	}
+	if !from.IsZero() && !before.IsZero() && !before.After(from) {
+		return usageErrorf("list: --before (%s) must be after --from (%s)", before.Format(time.RFC3339Nano), from.Format(time.RFC3339Nano))
+	}
+	opts := mscheduler.ListOpts{Tags: tags, Group: *group, RunAtFrom: from, RunAtBefore: before, Sort: sort,
+		Limit: *limit + 1, After: *after} // one more tells whether the limit cut the list
 	for _, s := range statusNames {
 		if s == "paused" {
 			opts.Paused = true
@@ -69,6 +83,11 @@ func runList(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error
 		return printListJSON(c, tasks)
 	}
 	return printTable(c, tasks, cut)
+}
+
+// listSorts are the orders of --sort.
+var listSorts = map[string]mscheduler.ListSort{
+	"key": mscheduler.SortByKey, "run_at": mscheduler.SortByRunAt, "priority": mscheduler.SortByPriority,
 }
 
 func printListJSON(c *cli, tasks []info) error {

@@ -53,7 +53,7 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"list", "[--tag T]... [--status S]... [--limit N] [--after KEY] [--json]", "list tasks by key", runList},
+		{"list", "[--tag T]... [--status S]... [--group G] [--from T] [--before T] [--sort key|run_at|priority] [--limit N] [--after KEY] [--json]", "list tasks, by key or by --sort", runList},
 		{"show", "KEY [--full] [--json]", "show one task", runShow},
 		{"publish", "KEY [--params JSON] [--run-at T | --in D] [--plan SPEC] [options]", "publish a task", runPublish},
 		{"update", "KEY [update flags]", "change the options and metadata of a task", runUpdate},

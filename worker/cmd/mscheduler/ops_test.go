@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -164,7 +165,7 @@ func TestHistoryStatsWorkersWait(t *testing.T) {
 
 	stats := f.run("stats").wantOK(t).stdout
 	wantLines(t, stats, map[string]string{"succeeded": "1", "failed": "1", "pending": "3"})
-	if !strings.Contains(stats, "last hour:") || !strings.Contains(stats, "2 runs ended, 1 failed or expired") {
+	if !regexp.MustCompile(`queue depth: +\d+ due now`).MatchString(stats) || !strings.Contains(stats, "last hour:") || !strings.Contains(stats, "2 runs ended, 1 failed or expired") {
 		t.Errorf("stats:\n%s", stats)
 	}
 

@@ -92,7 +92,7 @@ func printTask(c *cli, ti *info, t *taskJSON, full bool) error {
 			cmp.Or(p.Missed, mscheduler.MissedSkip), cmp.Or(string(p.Overrun), "as missed"), cmp.Or(p.Grace, mscheduler.GraceDefault))
 		if st := ti.Plan; st != nil {
 			line("plan planned", "%s", timeText(st.Planned))
-			line("plan runs", "%d run%s, %d skipped, %d to skip next", st.Runs, plural(st.Runs), st.Skipped, st.SkipNext)
+			line("plan runs", "%d run%s, %d skipped (%d missed), %d to skip next", st.Runs, plural(st.Runs), st.Skipped, st.Missed, st.SkipNext)
 			line("plan next", "%s", upcomingText(st.Upcoming, showUpcoming))
 		}
 	} else {

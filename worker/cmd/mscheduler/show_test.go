@@ -63,7 +63,7 @@ func TestShowPlan(t *testing.T) {
 		"plan window":   timeText(lib.Task.Plan.Start) + " to no end",
 		"plan policies": "missed skip, overrun as missed, grace 5s",
 		"plan planned":  timeText(lib.Plan.Planned),
-		"plan runs":     "0 runs, 0 skipped, 0 to skip next",
+		"plan runs":     "0 runs, 0 skipped (0 missed), 0 to skip next",
 		"plan next": strings.Join([]string{timeText(lib.Plan.Upcoming[0]), timeText(lib.Plan.Upcoming[1]), timeText(lib.Plan.Upcoming[2]),
 			timeText(lib.Plan.Upcoming[3]), timeText(lib.Plan.Upcoming[4])}, ", "),
 	})

@@ -38,17 +38,19 @@ func runStats(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) erro
 		}
 		return writeJSON(c, struct {
 			ByStatus         map[string]int64 `json:"by_status"`
+			Due              int64            `json:"due"`
 			OldestDue        time.Time        `json:"oldest_due,omitzero"`
 			OldestDueAgeMS   int64            `json:"oldest_due_age_ms"`
 			RunsLastHour     int64            `json:"runs_last_hour"`
 			FailuresLastHour int64            `json:"failures_last_hour"`
 			At               time.Time        `json:"at"`
-		}{byStatus, s.OldestDue.UTC(), oldestAge.Milliseconds(), s.RunsLastHour, s.FailuresLastHour, s.At.UTC()})
+		}{byStatus, s.Due, s.OldestDue.UTC(), oldestAge.Milliseconds(), s.RunsLastHour, s.FailuresLastHour, s.At.UTC()})
 	}
 	w := tabwriter.NewWriter(c.stdout, 0, 0, 1, ' ', 0)
 	for _, st := range statuses {
 		fmt.Fprintf(w, "%s:\t%d\n", st, s.ByStatus[st])
 	}
+	fmt.Fprintf(w, "queue depth:\t%d due now\n", s.Due)
 	if s.OldestDue.IsZero() {
 		fmt.Fprintf(w, "oldest due:\tnone waiting\n")
 	} else {

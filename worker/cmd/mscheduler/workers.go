@@ -48,12 +48,23 @@ func runWorkers(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 		} else {
 			live++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", cell(w.ID), state, cell(w.Host), w.PID, w.Version, w.Running, w.Capacity,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", cell(w.ID), state, cell(w.Host), w.PID, cell(w.Version), w.Running, w.Capacity,
 			orText(strings.Join(w.Collections, ","), "-"), orText(strings.Join(w.Groups, ","), "-"), timeText(w.LastSeen), timeText(w.StartedAt))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(c.stdout, "%d worker%s: %d live, %d stale (no heartbeat for %d intervals)\n", len(ws), plural(len(ws)), live, len(ws)-live, mscheduler.StaleAfterBeats)
-	return err
+	if _, err := fmt.Fprintf(c.stdout, "%d worker%s: %d live, %d stale (no heartbeat for %d intervals)\n", len(ws), plural(len(ws)), live, len(ws)-live, mscheduler.StaleAfterBeats); err != nil {
+		return err
+	}
+	// As list does for tasks: under the table, why each worker document
+	// that cannot be read as stored cannot.
+	for _, w := range ws {
+		if w.Problem != "" {
+			if _, err := fmt.Fprintf(c.stdout, "problem: %s: %s\n", cell(w.ID), cell(w.Problem)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
