@@ -17,13 +17,17 @@ import (
 
 // scheduleRow is a recurring task on the schedules page.
 type scheduleRow struct {
-	Key, Spec     string
-	Next          time.Time
-	Status        mscheduler.Status
-	Paused        bool
-	LastOutcome   mscheduler.Outcome
-	Runs, Skipped int
+	Key, Spec             string
+	Next                  time.Time
+	Status                mscheduler.Status
+	Paused                bool
+	LastOutcome           mscheduler.Outcome
+	Runs, Skipped, Missed int
 }
+
+// schedulePage is the number of recurring tasks on a page: each costs a
+// query of its last run.
+const schedulePage = 50
 
 func (d *Dashboard) schedules(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := d.queryContext(r)
@@ -33,27 +37,27 @@ func (d *Dashboard) schedules(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c, names, p := sc.c, sc.names, sc.p
-	// No index knows which tasks have a plan: read a bounded number.
-	list, err := p.List(ctx, mscheduler.ListOpts{Limit: scheduleScan + 1})
+	list, err := p.List(ctx, mscheduler.ListOpts{Recurring: true, After: r.URL.Query().Get("after"), Limit: schedulePage + 1})
 	if err != nil {
 		d.serverError(w, r, err)
 		return
 	}
 	data := struct {
 		Schedules []scheduleRow
-		Cut       int
+		NextPage  string
 	}{}
-	if len(list) > scheduleScan {
-		list, data.Cut = list[:scheduleScan], scheduleScan
+	if len(list) > schedulePage {
+		list = list[:schedulePage]
+		data.NextPage = "schedules?" + url.Values{"c": {c}, "after": {list[len(list)-1].Task.Key}}.Encode()
 	}
 	for i := range list {
 		ti := &list[i]
-		if ti.Task.Plan == nil {
-			continue
+		row := scheduleRow{Key: ti.Task.Key, Status: ti.Status, Paused: ti.Paused}
+		if ti.Task.Plan != nil {
+			row.Spec = ti.Task.Plan.String()
 		}
-		row := scheduleRow{Key: ti.Task.Key, Spec: ti.Task.Plan.String(), Status: ti.Status, Paused: ti.Paused}
 		if st := ti.Plan; st != nil {
-			row.Runs, row.Skipped = st.Runs, st.Skipped
+			row.Runs, row.Skipped, row.Missed = st.Runs, st.Skipped, st.Missed
 			if len(st.Upcoming) > 0 {
 				row.Next = st.Upcoming[0]
 			}

@@ -105,6 +105,7 @@ func New(db *mongo.Database, cfg *Config) (*Dashboard, error) {
 	mux.HandleFunc("GET /task", d.task)
 	mux.HandleFunc("GET /workers", d.workers)
 	mux.HandleFunc("GET /schedules", d.schedules)
+	mux.HandleFunc("GET /events", newDashboardEvents(d).serve)
 	mux.HandleFunc("POST /task", d.act)
 	mux.HandleFunc("POST /tasks", d.actMany)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

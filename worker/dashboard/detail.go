@@ -29,9 +29,9 @@ type taskDetail struct {
 }
 
 type planView struct {
-	Spec, Repeat, Missed, Overrun, Zone string
-	Runs, Skipped, SkipNext             int
-	Upcoming                            []time.Time
+	Spec, Repeat, Missed, Overrun, Zone  string
+	Runs, Skipped, MissedCount, SkipNext int
+	Upcoming                             []time.Time
 }
 
 type actionButton struct {
@@ -73,7 +73,7 @@ func (d *Dashboard) task(w http.ResponseWriter, r *http.Request) {
 		t.Plan = &planView{Spec: pl.String(), Repeat: repeatText(pl.Repeat), Missed: string(cmp.Or(pl.Missed, mscheduler.MissedSkip)),
 			Overrun: cmp.Or(string(pl.Overrun), "as missed"), Zone: cmp.Or(pl.Zone, "UTC")}
 		if st := ti.Plan; st != nil {
-			t.Plan.Runs, t.Plan.Skipped, t.Plan.SkipNext, t.Plan.Upcoming = st.Runs, st.Skipped, st.SkipNext, st.Upcoming
+			t.Plan.Runs, t.Plan.Skipped, t.Plan.MissedCount, t.Plan.SkipNext, t.Plan.Upcoming = st.Runs, st.Skipped, st.Missed, st.SkipNext, st.Upcoming
 		}
 	}
 	d.render(w, http.StatusOK, "task", view{Title: key, Nav: "tasks", Collections: names, Collection: c,

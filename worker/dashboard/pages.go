@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
 )
@@ -20,7 +21,6 @@ const (
 	listLimitDefault = 50
 	listLimitMax     = 500
 	historyPage      = 25
-	scheduleScan     = 500
 	workerRuns       = 40
 	chartRuns        = mscheduler.RunsLimitMax
 )
@@ -73,7 +73,7 @@ func (d *Dashboard) serverError(w http.ResponseWriter, r *http.Request, err erro
 		d.fail(w, r, http.StatusNotFound, err.Error())
 	case errors.Is(err, mscheduler.ErrNotFound):
 		d.fail(w, r, http.StatusNotFound, fmt.Sprintf("No task has the key %q.", r.URL.Query().Get("key")))
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded) || mongo.IsTimeout(err):
 		d.fail(w, r, http.StatusServiceUnavailable, "The query took longer than "+d.cfg.QueryTimeout.String()+" and was stopped: narrow the filter.")
 	default:
 		d.cfg.Logger.Error("dashboard", "path", r.URL.Path, "error", err)
@@ -235,18 +235,54 @@ type listFilter struct {
 	Prefix   string
 	Tag      string
 	Worker   string
+	Group    string
+	From     string // run_at at or after, UTC, as the form sends it
+	Before   string // run_at before
+	Sort     string
 	Limit    int
 	After    string
 	Statuses []mscheduler.Status
+	Sorts    []sortChoice
 	Tasks    []taskRow
 	NextPage string
+
+	from, before time.Time
+}
+
+// sortChoice is an order the list can take.
+type sortChoice struct {
+	Value, Label string
+}
+
+var sortChoices = []sortChoice{
+	{string(mscheduler.SortByKey), "key"},
+	{string(mscheduler.SortByRunAt), "next run, earliest first"},
+	{string(mscheduler.SortByPriority), "claim order (priority, then next run)"},
+}
+
+// formTimes are the layouts a time filter accepts: the browser's
+// datetime-local field (read as UTC), with or without seconds, and RFC 3339.
+var formTimes = []string{"2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339}
+
+func parseFormTime(field, s string) (time.Time, error) {
+	for _, layout := range formTimes {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%s %q is not a time: write it as 2026-11-23T14:00 (UTC) or in RFC 3339", field, s)
 }
 
 // readListFilter reads the filter, naming a bad value.
 func readListFilter(q url.Values) (*listFilter, error) {
-	f := &listFilter{Status: q.Get("status"), Prefix: q.Get("prefix"), Tag: q.Get("tag"), Worker: q.Get("worker"), After: q.Get("after"), Limit: listLimitDefault, Statuses: statuses}
+	f := &listFilter{Status: q.Get("status"), Prefix: q.Get("prefix"), Tag: q.Get("tag"), Worker: q.Get("worker"),
+		Group: q.Get("group"), From: q.Get("from"), Before: q.Get("before"), Sort: q.Get("sort"), After: q.Get("after"),
+		Limit: listLimitDefault, Statuses: statuses, Sorts: sortChoices}
 	if f.Status != "" && !slices.Contains(statuses, mscheduler.Status(f.Status)) {
 		return nil, fmt.Errorf("status %q is not one of %v", f.Status, statuses)
+	}
+	if !slices.ContainsFunc(sortChoices, func(c sortChoice) bool { return c.Value == f.Sort }) {
+		return nil, fmt.Errorf("sort %q is not one of \"\" (key), %q or %q", f.Sort, mscheduler.SortByRunAt, mscheduler.SortByPriority)
 	}
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -255,11 +291,26 @@ func readListFilter(q url.Values) (*listFilter, error) {
 		}
 		f.Limit = n
 	}
+	var err error
+	if f.From != "" {
+		if f.from, err = parseFormTime("from", f.From); err != nil {
+			return nil, err
+		}
+	}
+	if f.Before != "" {
+		if f.before, err = parseFormTime("before", f.Before); err != nil {
+			return nil, err
+		}
+	}
+	if !f.from.IsZero() && !f.before.IsZero() && !f.before.After(f.from) {
+		return nil, fmt.Errorf("before %q must be later than from %q", f.Before, f.From)
+	}
 	return f, nil
 }
 
 func (f *listFilter) opts() mscheduler.ListOpts {
-	o := mscheduler.ListOpts{After: f.After, KeyPrefix: f.Prefix, Limit: f.Limit + 1}
+	o := mscheduler.ListOpts{After: f.After, KeyPrefix: f.Prefix, Limit: f.Limit + 1, Group: f.Group,
+		RunAtFrom: f.from, RunAtBefore: f.before, Sort: mscheduler.ListSort(f.Sort)}
 	switch {
 	case f.Status == "paused":
 		o.Paused = true
@@ -287,11 +338,23 @@ func (d *Dashboard) tasks(w http.ResponseWriter, r *http.Request) {
 	f, err := readListFilter(r.URL.Query())
 	if err != nil {
 		d.render(w, http.StatusBadRequest, "tasks", view{Title: "Tasks", Nav: "tasks", Collections: names, Collection: c,
-			Message: "Bad filter: " + err.Error(), Bad: true, Data: &listFilter{Statuses: statuses, Limit: listLimitDefault}})
+			Message: "Bad filter: " + err.Error(), Bad: true, Data: &listFilter{Statuses: statuses, Sorts: sortChoices, Limit: listLimitDefault}})
 		return
 	}
 	list, err := sc.p.List(ctx, f.opts())
-	if err != nil {
+	var invalid *mscheduler.InvalidError
+	switch {
+	case errors.As(err, &invalid):
+		d.render(w, http.StatusBadRequest, "tasks", view{Title: "Tasks", Nav: "tasks", Collections: names, Collection: c,
+			Message: "Bad filter: " + err.Error(), Bad: true, Data: f})
+		return
+	case errors.Is(err, mscheduler.ErrNotFound) && f.After != "":
+		// Under a sort other than by key, the next page starts from the
+		// last task shown, which is gone.
+		d.render(w, http.StatusNotFound, "tasks", view{Title: "Tasks", Nav: "tasks", Collections: names, Collection: c,
+			Message: fmt.Sprintf("The task this page went on from (%q) is gone: start again from the first page.", f.After), Bad: true, Data: f})
+		return
+	case err != nil:
 		d.serverError(w, r, err)
 		return
 	}

@@ -93,6 +93,16 @@ var funcs = template.FuncMap{
 	"ms":        func(d time.Duration) string { return d.Round(time.Millisecond).String() },
 	"add":       func(a, b int) int { return a + b },
 	"truncated": truncated,
+	"errorText": splitError,
+}
+
+// errorLines is a run's error text split for the history table: its first
+// line, and the rest (the stack of a recovered panic) shown on demand.
+type errorLines struct{ Head, Rest string }
+
+func splitError(s string) errorLines {
+	head, rest, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return errorLines{Head: head, Rest: strings.TrimSpace(rest)}
 }
 
 // when renders a time for people: relative text, kept fresh by the page's
