@@ -55,10 +55,19 @@ func TestDashboardDemo(t *testing.T) {
 	if page := get("task?c=reports&key=long-export"); !strings.Contains(page, "a long export") {
 		t.Errorf("the long export's page:\n%.3000s", page)
 	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+	// As a service manager stops it (Ctrl-C takes the same path).
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("dashboard after Ctrl-C: %v", err)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("dashboard after SIGTERM: %v", err)
+		}
+	case <-time.After(mschedulertest.WaitTimeout):
+		_ = cmd.Process.Kill()
+		t.Fatalf("dashboard still running %s after SIGTERM", mschedulertest.WaitTimeout)
 	}
 }
