@@ -59,6 +59,7 @@ const (
 	PollIntervalDefault             = time.Second
 	ChangeStreamPollIntervalDefault = 15 * time.Second
 	SweepIntervalDefault            = 5 * time.Second
+	PingBatchMaxDefault             = 64
 	ReleaseTimeoutDefault           = 5 * time.Second
 	TimeoutDefault                  = time.Hour
 	TimeoutGraceDefault             = 5 * time.Second
@@ -102,6 +103,13 @@ type ConsumerConfig struct {
 	// lease lapsed; the consumer also looks when the earliest lease it knows
 	// of runs out. Defaults to [SweepIntervalDefault].
 	SweepInterval time.Duration
+	// PingBatchMax is the most runs one ping renews. A worker holding
+	// several runs of the collection renews them together, in two commands
+	// (a fenced update statement per run, and one read back) instead of
+	// one each; a run whose ping falls within half its interval of one due
+	// is renewed with it, so that the pings of a busy worker fall in step.
+	// 1 pings each run alone. Defaults to [PingBatchMaxDefault].
+	PingBatchMax int
 	// ReleaseTimeout is how long Stop waits, after cancelling handlers, for
 	// them to return before it releases their runs anyway and abandons them.
 	// Defaults to [ReleaseTimeoutDefault].
@@ -198,6 +206,7 @@ func (c *ConsumerConfig) withDefaults() *ConsumerConfig {
 	out.PollInterval = cmp.Or(out.PollInterval, PollIntervalDefault)
 	out.ChangeStreamPollInterval = cmp.Or(out.ChangeStreamPollInterval, ChangeStreamPollIntervalDefault)
 	out.SweepInterval = cmp.Or(out.SweepInterval, SweepIntervalDefault)
+	out.PingBatchMax = cmp.Or(out.PingBatchMax, PingBatchMaxDefault)
 	out.ReleaseTimeout = cmp.Or(out.ReleaseTimeout, ReleaseTimeoutDefault)
 	out.Timeout = cmp.Or(out.Timeout, TimeoutDefault)
 	out.TimeoutGrace = cmp.Or(out.TimeoutGrace, TimeoutGraceDefault)
@@ -244,6 +253,8 @@ func (c *ConsumerConfig) validate() error {
 		return invalid("ChangeStreamPollInterval", "must not be negative, got %s", c.ChangeStreamPollInterval)
 	case c.SweepInterval < 0:
 		return invalid("SweepInterval", "must not be negative, got %s", c.SweepInterval)
+	case c.PingBatchMax < 1:
+		return invalid("PingBatchMax", "must be at least 1, got %d", c.PingBatchMax)
 	case c.Timeout < 0:
 		return invalid("Timeout", "must not be negative, got %s", c.Timeout)
 	case c.TimeoutGrace < 0:
@@ -345,7 +356,7 @@ func NewConsumer[P, R any](coll *mongo.Collection, handler Handler[P, R], cfg *C
 		slots:   semaphore.NewWeighted(int64(c.Capacity)),
 		wakeCh:  make(chan struct{}, 1),
 	}
-	con.pinger = newPinger(con.coll, c.WorkerID, c.Groups, con.clock, con.emit, con.log, &con.caps)
+	con.pinger = newPinger(con.coll, c.WorkerID, c.Groups, con.clock, con.emit, con.log, &con.caps, c.PingBatchMax)
 	con.history = newHistorian(con.coll, c.Retention, c.WriteTimeout, con.log, func(err error) {
 		con.log.Warn("run history not written yet; the maintenance pass will", "error", err)
 		con.emit(Event{Kind: EventError, Err: err})

@@ -379,13 +379,15 @@ func TestLapseCancelsHandlerWhateverOtherPingsDo(t *testing.T) {
 	})
 	ev := mschedulertest.NewEvents()
 	cancelled := make(chan time.Time, 1)
+	cfg := fastConfig("w", ev)
+	cfg.PingBatchMax = 1 // each run pinged alone, so that the proxy can hold one run's pings and not the other's
 	startConsumer(t, dbCollection(client, coll), func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
 		<-ctx.Done()
 		if task.Key == "stalled" {
 			cancelled <- time.Now()
 		}
 		return 0, context.Cause(ctx)
-	}, fastConfig("w", ev))
+	}, cfg)
 	ev.WaitCount(t, mscheduler.EventClaimed, 2)
 	waitForLeaseRenewal(t, coll, "stalled", "w")
 	waitForLeaseRenewal(t, coll, "slow", "w")

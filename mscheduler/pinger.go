@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,7 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// pingParallelism bounds the pings in flight at once.
+// pingParallelism bounds the pings (lone or batched) in flight at once.
 const pingParallelism = 8
 
 // activeRun is a run this worker holds, from its claim until its end is
@@ -70,14 +71,15 @@ type pinger struct {
 	emit     func(Event)
 	log      *slog.Logger
 	caps     *capabilities
+	batchMax int // the most runs one ping renews
 
 	mu   sync.Mutex            // guards runs: written by run goroutines and the loop, read by Stop
 	runs map[string]*activeRun // by run id
 	kick chan struct{}         // buffered 1: a run was added
 
-	results  chan pingResult // from ping goroutines to the loop
-	inflight int             // pings in flight; owned by the loop
-	sending  sync.WaitGroup  // ping goroutines
+	results  chan []pingResult // from ping goroutines to the loop, one per run pinged
+	inflight int               // pings in flight; owned by the loop
+	sending  sync.WaitGroup    // ping goroutines
 }
 
 // pingResult is what one ping learnt, for the loop to apply.
@@ -89,9 +91,9 @@ type pingResult struct {
 	err   error
 }
 
-func newPinger(coll *mongo.Collection, workerID string, groups []string, clock *serverClock, emit func(Event), log *slog.Logger, caps *capabilities) *pinger {
-	return &pinger{coll: coll, workerID: workerID, groups: groups, clock: clock, emit: emit, log: log, caps: caps,
-		runs: map[string]*activeRun{}, kick: make(chan struct{}, 1), results: make(chan pingResult)}
+func newPinger(coll *mongo.Collection, workerID string, groups []string, clock *serverClock, emit func(Event), log *slog.Logger, caps *capabilities, batchMax int) *pinger {
+	return &pinger{coll: coll, workerID: workerID, groups: groups, clock: clock, emit: emit, log: log, caps: caps, batchMax: max(batchMax, 1),
+		runs: map[string]*activeRun{}, kick: make(chan struct{}, 1), results: make(chan []pingResult)}
 }
 
 // add hands a claimed run to the pinger. The first ping comes at the
@@ -135,19 +137,26 @@ func (p *pinger) loop(ctx context.Context) {
 			return
 		case <-p.kick:
 		case <-timer.C:
-		case res := <-p.results:
+		case results := <-p.results:
 			p.inflight--
-			res.run.pinging = false
-			p.apply(ctx, res)
+			for _, res := range results {
+				res.run.pinging = false
+				p.apply(ctx, res)
+			}
 		}
 	}
 }
 
 // tick cancels the runs whose lease lapsed, sends the pings that are due,
-// and returns when it must look again.
+// and returns when it must look again. When pings are batched, a run whose
+// ping is due takes along in its batch the runs whose pings would come
+// within half their interval: pinged a little early, they fall in step, so
+// that a worker holding many runs renews them all with a few commands per
+// interval.
 func (p *pinger) tick(ctx context.Context) time.Time {
 	now := p.clock.Now()
 	next := now.Add(time.Minute) // with no run, only a kick matters
+	var due, soon []*activeRun
 	for _, r := range p.snapshot() {
 		if p.lapsed(r) {
 			// A finished run's end write is left to give up by itself.
@@ -155,35 +164,56 @@ func (p *pinger) tick(ctx context.Context) time.Time {
 			continue
 		}
 		next = minTime(next, r.lease())
-		if r.pinging {
-			continue
-		}
-		if r.nextPing.After(now) {
+		switch {
+		case r.pinging:
+		case !r.nextPing.After(now):
+			due = append(due, r)
+		case p.batchMax > 1 && !r.nextPing.After(now.Add(r.pingInterval/2)):
+			soon = append(soon, r)
 			next = minTime(next, r.nextPing)
-			continue
+		default:
+			next = minTime(next, r.nextPing)
 		}
-		if p.inflight < pingParallelism { // otherwise a result wakes the loop
-			p.send(ctx, r, now)
-		}
+	}
+	if len(due) == 0 {
+		return next
+	}
+	batch := append(due, soon...)
+	for len(batch) > 0 && p.inflight < pingParallelism { // otherwise a result wakes the loop
+		n := min(len(batch), p.batchMax)
+		p.send(ctx, batch[:n], now)
+		batch = batch[n:]
 	}
 	return next
 }
 
-// send starts one ping of r, bounded by its lease: a ping answered after
-// the lease lapsed is worth nothing, and waiting longer on an unreachable
-// server would let the handler outlive its lease.
-func (p *pinger) send(ctx context.Context, r *activeRun, now time.Time) {
-	r.pinging = true
+// send starts one ping of runs, bounded by the earliest of their leases: a
+// ping answered after a lease lapsed is worth nothing for that run, and
+// waiting longer on an unreachable server would let its handler outlive
+// its lease.
+func (p *pinger) send(ctx context.Context, runs []*activeRun, now time.Time) {
 	p.inflight++
-	r.nextPing = now.Add(r.pingInterval)
-	lease, sole := now.Add(r.workerTimeout), r.soleHolder
-	timeout := max(r.lease().Sub(now), time.Millisecond)
+	items := make([]pingItem, len(runs))
+	timeout := time.Duration(math.MaxInt64)
+	for i, r := range runs {
+		r.pinging = true
+		r.nextPing = now.Add(r.pingInterval)
+		items[i] = pingItem{run: r, lease: now.Add(r.workerTimeout), attempt: int(r.attempt.Load()), sole: r.soleHolder}
+		timeout = min(timeout, max(r.lease().Sub(now), time.Millisecond))
+	}
 	p.sending.Go(func() {
 		pctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		reply, err := p.renew(pctx, r.key, r.runID, lease, int(r.attempt.Load()), sole)
+		var results []pingResult
+		if len(items) == 1 {
+			it := items[0]
+			reply, err := p.renew(pctx, it.run.key, it.run.runID, it.lease, it.attempt, it.sole)
+			results = []pingResult{{run: it.run, sent: now, lease: it.lease, reply: reply, err: err}}
+		} else {
+			results = p.renewBatch(pctx, items, now)
+		}
 		select {
-		case p.results <- pingResult{run: r, sent: now, lease: lease, reply: reply, err: err}:
+		case p.results <- results:
 		case <-ctx.Done():
 		}
 	})
@@ -321,18 +351,9 @@ func (p *pinger) renew(ctx context.Context, key, runID string, lease time.Time, 
 }
 
 func (p *pinger) renewAs(ctx context.Context, key, runID string, lease time.Time, attempt int, sole bool) (*pingReply, error) {
-	filter := fence(key, p.workerID, runID)
-	update := bson.D{{Key: "$set", Value: bson.D{{Key: holderPath(p.workerID, hLeaseUntil), Value: lease}, {Key: holderPath(p.workerID, hAttempt), Value: attempt}}}}
-	if sole {
-		filter = append(filter, bson.E{Key: fRunning, Value: 1})
-		update[0].Value = append(update[0].Value.(bson.D), bson.E{Key: fNextExpiry, Value: lease})
-	} else {
-		filter = append(filter, bson.E{Key: fRunning, Value: op("$ne", 1)})
-		update = append(update, bson.E{Key: "$min", Value: bson.D{{Key: fNextExpiry, Value: lease}}})
-	}
+	filter, update := p.renewStatement(pingItem{run: &activeRun{key: key, runID: runID}, lease: lease, attempt: attempt, sole: sole})
 	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
-	proj := bson.D{{Key: fStatus, Value: 1}, {Key: fRunning, Value: 1}, {Key: fPingIntervalMS, Value: 1}, {Key: fWorkerTimeoutMS, Value: 1}, {Key: fWorkerIDs, Value: 1}, {Key: fGroup, Value: 1}}
-	raw, err := p.caps.findOneAndUpdate(ctx, p.coll, filter, update, opts, proj).Raw()
+	raw, err := p.caps.findOneAndUpdate(ctx, p.coll, filter, update, opts, p.pingProjection()).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
 	}

@@ -1,0 +1,114 @@
+package mscheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// A batch of pings renews several runs of this worker in two commands,
+// whatever their number: one unordered update with a statement per run,
+// each fenced on its run as a lone ping is, then one read of the tasks,
+// which tells for each run what its ping would have read. A run whose
+// statement matched nothing is told apart by that read: no longer held,
+// it was taken away; held with another lease than the one asked, its
+// statement guessed the number of holders wrong, and it is pinged alone.
+
+// pingItem is one run's part of a ping.
+type pingItem struct {
+	run     *activeRun
+	lease   time.Time // the lease asked for
+	attempt int
+	sole    bool // the run was its task's only holder at its last ping
+}
+
+// renewStatement is the fenced update that renews one run's lease, in the
+// form for a sole holder or for one of several.
+func (p *pinger) renewStatement(it pingItem) (filter, update bson.D) {
+	filter = fence(it.run.key, p.workerID, it.run.runID)
+	set := bson.D{{Key: holderPath(p.workerID, hLeaseUntil), Value: it.lease}, {Key: holderPath(p.workerID, hAttempt), Value: it.attempt}}
+	if it.sole {
+		filter = append(filter, bson.E{Key: fRunning, Value: 1})
+		return filter, bson.D{{Key: "$set", Value: append(set, bson.E{Key: fNextExpiry, Value: it.lease})}}
+	}
+	filter = append(filter, bson.E{Key: fRunning, Value: op("$ne", 1)})
+	return filter, bson.D{{Key: "$set", Value: set}, {Key: "$min", Value: bson.D{{Key: fNextExpiry, Value: it.lease}}}}
+}
+
+// pingProjection is what a ping reads back of its task.
+func (p *pinger) pingProjection() bson.D {
+	return bson.D{{Key: fStatus, Value: 1}, {Key: fRunning, Value: 1}, {Key: fPingIntervalMS, Value: 1}, {Key: fWorkerTimeoutMS, Value: 1},
+		{Key: fWorkerIDs, Value: 1}, {Key: fGroup, Value: 1}}
+}
+
+// renewBatch renews the runs of items together; it returns one result per
+// item, in order.
+func (p *pinger) renewBatch(ctx context.Context, items []pingItem, sent time.Time) []pingResult {
+	out := make([]pingResult, len(items))
+	for i, it := range items {
+		out[i] = pingResult{run: it.run, sent: sent, lease: it.lease}
+	}
+	models := make([]mongo.WriteModel, len(items))
+	keys := make(bson.A, 0, len(items))
+	for i, it := range items {
+		filter, update := p.renewStatement(it)
+		models[i] = mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update)
+		keys = append(keys, it.run.key)
+	}
+	// A statement refused by the server (a field edited into the wrong
+	// type) leaves the others applied: the read tells which were.
+	_, err := p.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	var bwe mongo.BulkWriteException
+	if err != nil && !(errors.As(err, &bwe) && bwe.WriteConcernError == nil) {
+		return failAll(out, fmt.Errorf("mscheduler: ping %d runs: %w", len(items), err))
+	}
+	tasks, err := p.readBack(ctx, keys)
+	if err != nil {
+		return failAll(out, err)
+	}
+	for i, it := range items {
+		raw := tasks[it.run.key]
+		run, _ := raw.Lookup(fHolders, p.workerID, hRun).StringValueOK()
+		lease, _ := raw.Lookup(fHolders, p.workerID, hLeaseUntil).DateTimeOK()
+		switch {
+		case raw == nil || run != it.run.runID: // taken away: reply stays nil
+		case lease == it.lease.UnixMilli():
+			out[i].reply = decodePingReply(raw)
+		default:
+			out[i].reply, out[i].err = p.renew(ctx, it.run.key, it.run.runID, it.lease, it.attempt, !it.sole)
+		}
+	}
+	return out
+}
+
+// readBack reads the pinged tasks as their pings left them, by key.
+func (p *pinger) readBack(ctx context.Context, keys bson.A) (map[string]bson.Raw, error) {
+	proj := append(p.pingProjection(), bson.E{Key: holderPath(p.workerID), Value: 1})
+	cur, err := p.coll.Find(ctx, bson.D{{Key: fID, Value: op("$in", keys)}}, options.Find().SetProjection(proj))
+	if err != nil {
+		return nil, fmt.Errorf("mscheduler: read pinged tasks: %w", err)
+	}
+	var raws []bson.Raw
+	if err := cur.All(ctx, &raws); err != nil {
+		return nil, fmt.Errorf("mscheduler: read pinged tasks: %w", err)
+	}
+	out := make(map[string]bson.Raw, len(raws))
+	for _, raw := range raws {
+		if key, ok := raw.Lookup(fID).StringValueOK(); ok {
+			out[key] = raw
+		}
+	}
+	return out, nil
+}
+
+func failAll(out []pingResult, err error) []pingResult {
+	for i := range out {
+		out[i].err = err
+	}
+	return out
+}

@@ -1,0 +1,220 @@
+package mscheduler_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
+)
+
+// pingCommands counts the commands that renew leases: lone pings (a
+// findAndModify fenced on a holder's run), batched pings (an update whose
+// statements set a holder's lease) and their reads back.
+type pingCommands struct {
+	mu                   sync.Mutex
+	lone, batched, reads int
+	statements           int // in batched pings
+}
+
+func (c *pingCommands) started(_ context.Context, e *event.CommandStartedEvent) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch e.CommandName {
+	case "findAndModify":
+		if q, ok := e.Command.Lookup("query").DocumentOK(); ok && hasHolderRun(q) {
+			if _, err := e.Command.LookupErr("update", "$set"); err == nil && !hasHolderStart(e.Command) {
+				c.lone++
+			}
+		}
+	case "update":
+		updates, _ := e.Command.Lookup("updates").Array().Values()
+		if len(updates) > 1 && hasHolderRun(updates[0].Document().Lookup("q").Document()) {
+			c.batched++
+			c.statements += len(updates)
+		}
+	case "find":
+		if proj, ok := e.Command.Lookup("projection").DocumentOK(); ok && proj.Lookup("worker_timeout_ms").Type != 0 && proj.Lookup("ping_interval_ms").Type != 0 {
+			c.reads++
+		}
+	}
+}
+
+func (c *pingCommands) snapshot() pingCommands {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return pingCommands{lone: c.lone, batched: c.batched, reads: c.reads, statements: c.statements}
+}
+
+// hasHolderRun reports a filter fenced on a holder's run.
+func hasHolderRun(filter bson.Raw) bool {
+	elems, _ := filter.Elements()
+	for _, e := range elems {
+		if len(e.Key()) > len("holders.") && e.Key()[:len("holders.")] == "holders." {
+			return true
+		}
+	}
+	return false
+}
+
+// hasHolderStart reports an update that adds a holder (a claim, not a ping).
+func hasHolderStart(cmd bson.Raw) bool {
+	set, _ := cmd.Lookup("update", "$set").DocumentOK()
+	elems, _ := set.Elements()
+	for _, e := range elems {
+		if len(e.Key()) > len(".started") && e.Key()[len(e.Key())-len(".started"):] == ".started" {
+			return true
+		}
+	}
+	return false
+}
+
+// heldTasks publishes n tasks with short pings and starts a consumer that
+// holds them all, its handlers waiting for their context to end or the
+// test's; it returns the collection, the events, the ping commands counted
+// and each handler's cause of cancellation.
+func heldTasks(t *testing.T, n int, batchMax int) (*mongo.Collection, *mschedulertest.Events, *pingCommands, map[string]chan error) {
+	t.Helper()
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	tasks := make([]mscheduler.Task[int], n)
+	causes := map[string]chan error{}
+	for i := range tasks {
+		key := fmt.Sprintf("k%d", i)
+		tasks[i] = mscheduler.Task[int]{Key: key, PingInterval: 100 * time.Millisecond, WorkerTimeout: 2 * time.Second}
+		causes[key] = make(chan error, 1)
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	counts := &pingCommands{}
+	client := mschedulertest.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{Started: counts.started}))
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Capacity, cfg.PingBatchMax = n, batchMax
+	release := make(chan struct{})
+	startConsumer(t, dbCollection(client, coll), func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+		select {
+		case <-ctx.Done():
+			causes[task.Key] <- context.Cause(ctx)
+			return 0, context.Cause(ctx)
+		case <-release:
+			return 0, nil
+		}
+	}, cfg)
+	t.Cleanup(func() { close(release) }) // before the consumer stops: Stop waits for handlers
+	ev.WaitCount(t, mscheduler.EventClaimed, n)
+	return coll, ev, counts, causes
+}
+
+// TestBatchedPingsRenewEveryRun: a worker holding 8 runs renews them all,
+// with fewer than half a command per renewal once their pings fall in
+// step; pinged alone, each renewal is a command.
+func TestBatchedPingsRenewEveryRun(t *testing.T) {
+	const runs, rounds = 8, 10
+	for _, c := range []struct {
+		batchMax      int
+		most, fewest  float64 // commands per renewal
+		wantBatched   bool
+		wantLoneAbove int
+	}{{batchMax: mscheduler.PingBatchMaxDefault, most: 0.5, wantBatched: true}, {batchMax: 1, fewest: 1, wantLoneAbove: runs * rounds}} {
+		t.Run(fmt.Sprintf("PingBatchMax=%d", c.batchMax), func(t *testing.T) {
+			_, ev, counts, _ := heldTasks(t, runs, c.batchMax)
+			// The first pings come as the runs were claimed; then they fall in step.
+			ev.WaitCount(t, mscheduler.EventRenewed, 2*runs)
+			before, renewedBefore := counts.snapshot(), ev.Count(mscheduler.EventRenewed)
+			ev.WaitCount(t, mscheduler.EventRenewed, renewedBefore+runs*rounds)
+			after, renewed := counts.snapshot(), ev.Count(mscheduler.EventRenewed)-renewedBefore
+			sent := (after.lone - before.lone) + (after.batched - before.batched) + (after.reads - before.reads)
+			perRenewal := float64(sent) / float64(renewed)
+			t.Logf("%d renewals with %d commands (%d lone pings, %d batched with %d statements, %d reads back): %.2f per renewal",
+				renewed, sent, after.lone-before.lone, after.batched-before.batched, after.statements-before.statements, after.reads-before.reads, perRenewal)
+			if c.most > 0 && perRenewal > c.most {
+				t.Errorf("%.2f commands per renewal, want at most %.2f", perRenewal, c.most)
+			}
+			if perRenewal < c.fewest {
+				t.Errorf("%.2f commands per renewal, want at least %.2f", perRenewal, c.fewest)
+			}
+			if c.wantBatched != (after.batched > before.batched) {
+				t.Errorf("batched pings sent: %d, want some: %v", after.batched-before.batched, c.wantBatched)
+			}
+			if after.lone-before.lone < c.wantLoneAbove {
+				t.Errorf("%d lone pings, want at least %d", after.lone-before.lone, c.wantLoneAbove)
+			}
+			for _, e := range ev.Snapshot() {
+				if e.Kind == mscheduler.EventLeaseLost || e.Kind == mscheduler.EventError {
+					t.Errorf("event %v: %v", e.Kind, e.Err)
+				}
+			}
+		})
+	}
+}
+
+// TestBatchedPingMissCancelsOnlyThatRun: one run of a batch is taken away
+// (its holder entry now names another run); the batched ping that misses
+// it cancels that run's handler as a lost lease, and only that one: the
+// other runs go on being renewed.
+func TestBatchedPingMissCancelsOnlyThatRun(t *testing.T) {
+	coll, ev, counts, causes := heldTasks(t, 3, mscheduler.PingBatchMaxDefault)
+	ev.WaitCount(t, mscheduler.EventRenewed, 6)
+	batchedBefore := counts.snapshot().batched
+	editTask(t, coll, "k1", bson.D{{Key: "$set", Value: bson.D{{Key: "holders.w.run", Value: "another-run"}}}})
+	select {
+	case cause := <-causes["k1"]:
+		if !errors.Is(cause, mscheduler.ErrLeaseLost) {
+			t.Fatalf("k1's handler ended with %v, want ErrLeaseLost", cause)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("k1's handler was not cancelled after its run was taken away")
+	}
+	renewed := ev.Count(mscheduler.EventRenewed)
+	ev.WaitCount(t, mscheduler.EventRenewed, renewed+10)
+	for _, key := range []string{"k0", "k2"} {
+		select {
+		case cause := <-causes[key]:
+			t.Errorf("%s's handler was cancelled too: %v", key, cause)
+		default:
+		}
+	}
+	if counts.snapshot().batched == batchedBefore {
+		t.Error("no batched ping was sent after the edit: the test did not check a batch")
+	}
+}
+
+// TestBatchedPingWrongFormIsRenewedAlone: a run's statement in a batch
+// guesses that it is its task's only holder, but a second holder came
+// (added by hand here): the statement misses, the read back shows the run
+// still held, and the run is pinged alone in the other form, not lost.
+func TestBatchedPingWrongFormIsRenewedAlone(t *testing.T) {
+	coll, ev, counts, causes := heldTasks(t, 3, mscheduler.PingBatchMaxDefault)
+	ev.WaitCount(t, mscheduler.EventRenewed, 6)
+	lone := counts.snapshot().lone
+	ghost := bson.D{{Key: "run", Value: "ghost-run"}, {Key: "started", Value: time.Now()}, {Key: "lease_until", Value: time.Now().Add(time.Hour)}}
+	editTask(t, coll, "k1", bson.D{{Key: "$set", Value: bson.D{{Key: "holders.ghost", Value: ghost}}}, {Key: "$inc", Value: bson.D{{Key: "running", Value: 1}}}})
+	renewed := ev.Count(mscheduler.EventRenewed)
+	ev.WaitCount(t, mscheduler.EventRenewed, renewed+15)
+	if counts.snapshot().lone == lone {
+		t.Error("no run was pinged alone after its batched statement missed")
+	}
+	for key, ch := range causes {
+		select {
+		case cause := <-ch:
+			t.Errorf("%s's handler was cancelled: %v", key, cause)
+		default:
+		}
+	}
+	for _, e := range ev.Snapshot() {
+		if e.Kind == mscheduler.EventLeaseLost {
+			t.Errorf("lease lost: %+v", e)
+		}
+	}
+}
