@@ -129,6 +129,10 @@ func TestInBrowser(t *testing.T) {
 		chromedp.Navigate(base+"tasks?"+url.Values{"c": {c}}.Encode()),
 		chromedp.SetValue(css(`select[name="status"]`), "failed"),
 		chromedp.Click(css(`fieldset button`)),
+		// Only the filtered page has the status option selected in its
+		// markup: the link to broken-1 is on the unfiltered page too, and
+		// reading the list before the new page replaced it would race.
+		chromedp.WaitReady(css(`select[name="status"] option[selected]`)),
 		chromedp.WaitVisible(css(`a[href*="key=broken-1"]`)))
 	if listed := read(t, ctx, "the list", chromedp.Text(css(`#tasks tbody`))); strings.Contains(listed, "welcome-1") || !strings.Contains(listed, "broken-1") {
 		t.Fatalf("the failed filter lists:\n%s", listed)
