@@ -218,3 +218,71 @@ func TestBatchedPingWrongFormIsRenewedAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestRunThatMissedARenewalIsPingedAlone: the replies to a batched ping
+// and to the driver's retry of it are lost (the connection drops after the
+// server applied it), so no run of the batch knows it was renewed. Each is then pinged alone, so that one
+// run short of lease never cuts short the pings of others, and no lease
+// is lost.
+func TestRunThatMissedARenewalIsPingedAlone(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	var tasks []mscheduler.Task[int]
+	for i := range 3 {
+		tasks = append(tasks, mscheduler.Task[int]{Key: fmt.Sprintf("k%d", i), PingInterval: 100 * time.Millisecond, WorkerTimeout: 2 * time.Second})
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	armed, drops, loneAfter := false, 0, 0
+	_, client := newCmdProxy(t, func(name string, body bson.Raw) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case !armed:
+		case name == "update" && drops < 2:
+			// While the handlers wait, the only updates are batched pings
+			// (their statements travel beside the body): drop the replies to
+			// one and to the driver's retry of it.
+			drops++
+			return true
+		case name == "findAndModify" && drops == 2:
+			if q, ok := body.Lookup("query").DocumentOK(); ok && hasHolderRun(q) {
+				loneAfter++
+			}
+		}
+		return false
+	})
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Capacity = 3
+	release := make(chan struct{})
+	startConsumer(t, dbCollection(client, coll), func(ctx context.Context, _ *mscheduler.Task[int]) (int, error) {
+		select {
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		case <-release:
+			return 0, nil
+		}
+	}, cfg)
+	t.Cleanup(func() { close(release) })
+	ev.WaitCount(t, mscheduler.EventClaimed, 3)
+	ev.WaitCount(t, mscheduler.EventRenewed, 6)
+	mu.Lock()
+	armed = true
+	mu.Unlock()
+	ev.WaitFor(t, "a ping error from the dropped reply", func(evs []mscheduler.Event) bool {
+		return mschedulertest.Summarize(evs)[mscheduler.EventError] > 0
+	})
+	renewed := ev.Count(mscheduler.EventRenewed)
+	ev.WaitCount(t, mscheduler.EventRenewed, renewed+9)
+	mu.Lock()
+	defer mu.Unlock()
+	if loneAfter == 0 {
+		t.Error("after the lost reply, no run was pinged alone")
+	}
+	if n := ev.Count(mscheduler.EventLeaseLost); n != 0 {
+		t.Errorf("%d leases lost", n)
+	}
+}

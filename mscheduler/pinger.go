@@ -178,7 +178,18 @@ func (p *pinger) tick(ctx context.Context) time.Time {
 	if len(due) == 0 {
 		return next
 	}
-	batch := append(due, soon...)
+	// A batch gives up at the earliest lease in it: a run whose last
+	// renewal failed (less lease left than a due ping normally finds, by
+	// half an interval) is pinged alone, so that it does not cut short the
+	// pings of the others.
+	var batch []*activeRun
+	for _, r := range append(due, soon...) {
+		if r.lease().Sub(now) < r.workerTimeout-r.pingInterval*3/2 && p.inflight < pingParallelism {
+			p.send(ctx, []*activeRun{r}, now)
+			continue
+		}
+		batch = append(batch, r)
+	}
 	for len(batch) > 0 && p.inflight < pingParallelism { // otherwise a result wakes the loop
 		n := min(len(batch), p.batchMax)
 		p.send(ctx, batch[:n], now)
