@@ -29,15 +29,15 @@ type pingItem struct {
 
 // renewStatement is the fenced update that renews one run's lease, in the
 // form for a sole holder or for one of several.
-func (p *pinger) renewStatement(it pingItem) (filter, update bson.D) {
-	filter = fence(it.run.key, p.workerID, it.run.runID)
-	set := bson.D{{Key: holderPath(p.workerID, hLeaseUntil), Value: it.lease}, {Key: holderPath(p.workerID, hAttempt), Value: it.attempt}}
-	if it.sole {
+func (p *pinger) renewStatement(key, runID string, lease time.Time, attempt int, sole bool) (filter, update bson.D) {
+	filter = fence(key, p.workerID, runID)
+	set := bson.D{{Key: holderPath(p.workerID, hLeaseUntil), Value: lease}, {Key: holderPath(p.workerID, hAttempt), Value: attempt}}
+	if sole {
 		filter = append(filter, bson.E{Key: fRunning, Value: 1})
-		return filter, bson.D{{Key: "$set", Value: append(set, bson.E{Key: fNextExpiry, Value: it.lease})}}
+		return filter, bson.D{{Key: "$set", Value: append(set, bson.E{Key: fNextExpiry, Value: lease})}}
 	}
 	filter = append(filter, bson.E{Key: fRunning, Value: op("$ne", 1)})
-	return filter, bson.D{{Key: "$set", Value: set}, {Key: "$min", Value: bson.D{{Key: fNextExpiry, Value: it.lease}}}}
+	return filter, bson.D{{Key: "$set", Value: set}, {Key: "$min", Value: bson.D{{Key: fNextExpiry, Value: lease}}}}
 }
 
 // pingProjection is what a ping reads back of its task.
@@ -56,7 +56,7 @@ func (p *pinger) renewBatch(ctx context.Context, items []pingItem, sent time.Tim
 	models := make([]mongo.WriteModel, len(items))
 	keys := make(bson.A, 0, len(items))
 	for i, it := range items {
-		filter, update := p.renewStatement(it)
+		filter, update := p.renewStatement(it.run.key, it.run.runID, it.lease, it.attempt, it.sole)
 		models[i] = mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update)
 		keys = append(keys, it.run.key)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,7 +60,7 @@ func (c *pingCommands) snapshot() pingCommands {
 func hasHolderRun(filter bson.Raw) bool {
 	elems, _ := filter.Elements()
 	for _, e := range elems {
-		if len(e.Key()) > len("holders.") && e.Key()[:len("holders.")] == "holders." {
+		if strings.HasPrefix(e.Key(), "holders.") {
 			return true
 		}
 	}
@@ -71,7 +72,7 @@ func hasHolderStart(cmd bson.Raw) bool {
 	set, _ := cmd.Lookup("update", "$set").DocumentOK()
 	elems, _ := set.Elements()
 	for _, e := range elems {
-		if len(e.Key()) > len(".started") && e.Key()[len(e.Key())-len(".started"):] == ".started" {
+		if strings.HasSuffix(e.Key(), ".started") {
 			return true
 		}
 	}

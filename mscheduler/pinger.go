@@ -362,7 +362,7 @@ func (p *pinger) renew(ctx context.Context, key, runID string, lease time.Time, 
 }
 
 func (p *pinger) renewAs(ctx context.Context, key, runID string, lease time.Time, attempt int, sole bool) (*pingReply, error) {
-	filter, update := p.renewStatement(pingItem{run: &activeRun{key: key, runID: runID}, lease: lease, attempt: attempt, sole: sole})
+	filter, update := p.renewStatement(key, runID, lease, attempt, sole)
 	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
 	raw, err := p.caps.findOneAndUpdate(ctx, p.coll, filter, update, opts, p.pingProjection()).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {

@@ -177,3 +177,16 @@ func ExamplePlan_String() {
 	// monthly on the day before the last at 18:00:00
 	// cron "0 7 * * 1-5"
 }
+
+func ExamplePlan_RepeatString() {
+	for _, repeat := range []int{0, 1, 3, mscheduler.RepeatForever} {
+		plan := mscheduler.Every(1, mscheduler.Hour)
+		plan.Repeat = repeat
+		fmt.Println(repeat, plan.RepeatString())
+	}
+	// Output:
+	// 0 once
+	// 1 once
+	// 3 3 times
+	// -1 forever
+}

@@ -29,6 +29,18 @@ func (p Plan) String() string {
 	return s
 }
 
+// RepeatString says how many planned times the plan has, from Repeat:
+// "once" (0 or 1), "3 times", "forever".
+func (p Plan) RepeatString() string {
+	switch {
+	case p.Repeat == RepeatForever:
+		return "forever"
+	case p.Repeat <= 1:
+		return "once"
+	}
+	return fmt.Sprintf("%d times", p.Repeat)
+}
+
 // monthDayText reads Plan.Day: 1…31, 0 for the last day, below 0 counted
 // back from it.
 func monthDayText(day int) string {

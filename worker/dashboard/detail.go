@@ -3,7 +3,6 @@ package dashboard
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"math"
 	"net/http"
 	"net/url"
@@ -70,7 +69,7 @@ func (d *Dashboard) task(w http.ResponseWriter, r *http.Request) {
 		t.MoreHistory = "task?" + q.Encode()
 	}
 	if pl := ti.Task.Plan; pl != nil {
-		t.Plan = &planView{Spec: pl.String(), Repeat: repeatText(pl.Repeat), Missed: string(cmp.Or(pl.Missed, mscheduler.MissedSkip)),
+		t.Plan = &planView{Spec: pl.String(), Repeat: pl.RepeatString(), Missed: string(cmp.Or(pl.Missed, mscheduler.MissedSkip)),
 			Overrun: cmp.Or(string(pl.Overrun), "as missed"), Zone: cmp.Or(pl.Zone, "UTC")}
 		if st := ti.Plan; st != nil {
 			t.Plan.Runs, t.Plan.Skipped, t.Plan.MissedCount, t.Plan.SkipNext, t.Plan.Upcoming = st.Runs, st.Skipped, st.Missed, st.SkipNext, st.Upcoming
@@ -86,16 +85,6 @@ func stateOf(s mscheduler.Status, paused bool) string {
 		return string(s) + ",paused"
 	}
 	return string(s)
-}
-
-func repeatText(n int) string {
-	switch {
-	case n == mscheduler.RepeatForever:
-		return "forever"
-	case n <= 1:
-		return "once"
-	}
-	return fmt.Sprintf("%d times", n)
 }
 
 // actionsFor lists the actions that apply to a task as it stands.

@@ -199,17 +199,6 @@ func valueJSON(v bson.RawValue) json.RawMessage {
 	return wrapped.V
 }
 
-// repeatText reads Plan.Repeat: 0 runs once, N > 0 N times.
-func repeatText(n int) string {
-	switch {
-	case n == mscheduler.RepeatForever:
-		return "forever"
-	case n <= 1:
-		return "once"
-	}
-	return fmt.Sprintf("%d times", n)
-}
-
 // timeText is a stored time for people: UTC, to the second; "-" when zero.
 func timeText(t time.Time) string {
 	if t.IsZero() {

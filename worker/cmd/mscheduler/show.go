@@ -86,7 +86,7 @@ func printTask(c *cli, ti *info, t *taskJSON, full bool) error {
 	line("retries", "%s", retriesText(task.MaxRetries, task.RetryDelay))
 	line("max failed runs", "%d", task.MaxFailedRuns)
 	if p := task.Plan; p != nil {
-		line("plan", "%s, %s", p.String(), repeatText(p.Repeat))
+		line("plan", "%s, %s", p.String(), p.RepeatString())
 		line("plan window", "%s to %s", timeText(p.Start), orText(timeText(p.End), "no end"))
 		line("plan policies", "missed %s, overrun %s, grace %s",
 			cmp.Or(p.Missed, mscheduler.MissedSkip), cmp.Or(string(p.Overrun), "as missed"), cmp.Or(p.Grace, mscheduler.GraceDefault))
