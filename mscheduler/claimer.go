@@ -68,8 +68,11 @@ type claimState struct {
 	maintainAt    time.Time
 	ttl, ttlKnown bool
 	leases        leaseHint
-	peeked        bool          // the timeout of the first claim's task was looked up
-	claimLatency  time.Duration // the round trip of the last claim
+	peeked        bool // the timeout of the first claim's task was looked up
+	// backlog says the last claim found work, so more may wait: the next
+	// claim takes every free slot it can. Otherwise it takes one.
+	backlog      bool
+	claimLatency time.Duration // the round trip of the last claim
 	// unconfirmed are claims whose reply was lost: the server may have
 	// applied them. Each is looked for until found (and released) or gone.
 	unconfirmed []string
@@ -103,7 +106,8 @@ func (c *Consumer[P, R]) untilNextWake(st *claimState) time.Duration {
 // claimAvailable claims runs while there are free slots and claimable tasks,
 // at most Capacity in one pass and never past a due sweep: with short tasks
 // slots free up as fast as they are claimed, and a backlog must not starve
-// the sweep that rescues dead workers' runs.
+// the sweep that rescues dead workers' runs. Several free slots are filled
+// by a batch claim, one by a single findAndModify.
 func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 	now := c.clock.Now()
 	st.pollAt = now.Add(jitter(c.pollInterval()))
@@ -113,31 +117,63 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 		return
 	}
 	c.confirmLostClaims(ctx, st)
-	if !st.peeked {
-		st.peeked = true
-		c.peekLease(ctx, st)
-	}
 	// At least one claim per pass, so that sweeps never starve claims.
-	for n := 0; n < c.cfg.Capacity && ctx.Err() == nil && (n == 0 || c.clock.Now().Before(st.sweepAt)); n++ {
-		if !c.slots.TryAcquire(1) {
+	for n := 0; n < c.cfg.Capacity && ctx.Err() == nil && (n == 0 || c.clock.Now().Before(st.sweepAt)); {
+		want := min(c.cfg.ClaimBatchMax, c.cfg.Capacity-n)
+		if !st.backlog && !c.cfg.TargetedClaims {
+			want = 1 // the cheapest claim when one task at a time comes
+		}
+		k := c.takeSlots(want)
+		if k == 0 {
 			return
 		}
-		raw, runID, err := c.claimOne(ctx, st)
-		if err != nil || raw == nil {
-			c.slots.Release(1)
-			if err != nil {
-				c.loopError(ctx, err)
-			} else {
-				c.scheduleNextDue(ctx, st)
+		n += k
+		won, done, err := c.claimSlots(ctx, st, k)
+		st.backlog = err == nil && !done
+		started := 0
+		for _, cl := range won {
+			if c.admit(cl.raw, cl.runID, st) {
+				started++
 			}
-			return
 		}
-		if !c.admit(raw, runID, st) {
-			c.slots.Release(1)
+		c.slots.Release(int64(k - started))
+		switch {
+		case err != nil:
+			c.loopError(ctx, err)
+			return
+		case done:
+			c.scheduleNextDue(ctx, st)
+			return
 		}
 	}
 	// The pass ended on its bound with tasks perhaps left: come back at once.
 	c.wake()
+}
+
+// takeSlots takes up to k free slots and returns how many it took.
+func (c *Consumer[P, R]) takeSlots(k int) int {
+	n := 0
+	for n < k && c.slots.TryAcquire(1) {
+		n++
+	}
+	return n
+}
+
+// claimSlots claims up to k runs: alone with one findAndModify, or as a
+// batch. done says nothing else is claimable now.
+func (c *Consumer[P, R]) claimSlots(ctx context.Context, st *claimState, k int) (won []claimed, done bool, err error) {
+	if k > 1 || c.cfg.TargetedClaims {
+		return c.claimBatch(ctx, st, k)
+	}
+	if !st.peeked {
+		st.peeked = true
+		c.peekLease(ctx, st)
+	}
+	raw, runID, err := c.claimOne(ctx, st)
+	if err != nil || raw == nil {
+		return nil, err == nil, err
+	}
+	return []claimed{{raw: raw, runID: runID}}, false, nil
 }
 
 // admit starts a claimed run, unless the task cannot run as stored (it is
@@ -179,19 +215,7 @@ func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (bson.Raw
 	now := c.clock.Now()
 	filter := claimFilter(c.cfg.WorkerID, c.cfg.Groups, st.skipped.keys(now), now)
 	runID := newRunID()
-	update := bson.D{
-		{Key: "$set", Value: bson.D{
-			{Key: fStatus, Value: StatusRunning},
-			{Key: holderPath(c.cfg.WorkerID), Value: holder{Run: runID, Started: now, LeaseUntil: now.Add(claimLease)}},
-			{Key: fUpdatedAt, Value: now},
-		}},
-		{Key: "$inc", Value: bson.D{{Key: fFree, Value: -1}, {Key: fRunning, Value: 1}, {Key: fRev, Value: 1}}},
-		// Sweeps look at the task from when its lease may lapse: the
-		// shortest worker timeout among the tasks this worker claimed last,
-		// a guess that the first ping corrects.
-		{Key: "$min", Value: bson.D{{Key: fNextExpiry, Value: now.Add(st.leases.shortest())}}},
-		{Key: "$unset", Value: bson.D{{Key: fInvalid, Value: ""}}}, // a repaired task's old reason
-	}
+	update := c.claimUpdate(st, runID, now)
 	opts := options.FindOneAndUpdate().SetSort(claimSort).SetReturnDocument(options.After)
 	// A claim the server applied must reach its run, so a stop does not
 	// interrupt the command (the loop checks ctx before each claim): a claim

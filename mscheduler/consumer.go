@@ -60,6 +60,9 @@ const (
 	ChangeStreamPollIntervalDefault = 15 * time.Second
 	SweepIntervalDefault            = 5 * time.Second
 	PingBatchMaxDefault             = 64
+	ClaimBatchMaxDefault            = 64
+	EndBatchMaxDefault              = 64
+	EndBatchWindowDefault           = 2 * time.Millisecond
 	ReleaseTimeoutDefault           = 5 * time.Second
 	TimeoutDefault                  = time.Hour
 	TimeoutGraceDefault             = 5 * time.Second
@@ -69,6 +72,11 @@ const (
 	MaxResultBytesDefault           = 64 << 10
 	MaxErrorBytesDefault            = 8 << 10
 )
+
+// NoEndBatchWindow, as [ConsumerConfig.EndBatchWindow], sends each batch of
+// run ends as soon as the previous one is written, without waiting for
+// more.
+const NoEndBatchWindow time.Duration = -1
 
 // RunsBudgetBytes bounds what the kept run records of one task may take:
 // RunsKept × (MaxResultBytes + MaxErrorBytes + 1 KiB) must fit in it, so
@@ -103,6 +111,19 @@ type ConsumerConfig struct {
 	// lease lapsed; the consumer also looks when the earliest lease it knows
 	// of runs out. Defaults to [SweepIntervalDefault].
 	SweepInterval time.Duration
+	// ClaimBatchMax is the most runs one claim takes. A consumer with
+	// several free slots fills them with three commands whatever their
+	// number (a query for candidates, one update with a claim statement
+	// per candidate, one read of the claims won) instead of one each; one
+	// free slot is claimed with a single findAndModify. 1 claims each run
+	// alone. Defaults to [ClaimBatchMaxDefault].
+	ClaimBatchMax int
+	// TargetedClaims makes every claim, even of one slot, go by the
+	// candidate query and a write by _id, as batch claims do, instead of a
+	// findAndModify that selects its task by the claim filter. A task
+	// collection sharded on _id needs it on MongoDB before 7.1, where a
+	// findAndModify must name the shard key. Defaults to false.
+	TargetedClaims bool
 	// PingBatchMax is the most runs one ping renews. A worker holding
 	// several runs of the collection renews them together, in two commands
 	// (a fenced update statement per run, and one read back) instead of
@@ -110,6 +131,19 @@ type ConsumerConfig struct {
 	// is renewed with it, so that the pings of a busy worker fall in step.
 	// 1 pings each run alone. Defaults to [PingBatchMaxDefault].
 	PingBatchMax int
+	// EndBatchMax is the most run ends written in one command. Run ends
+	// that are ready together are written as one unordered update with a
+	// statement per run, each fenced on its run; a statement that matched
+	// nothing is sorted out by one read, and only its run end is written
+	// again alone. 1 writes each run end alone. Defaults to
+	// [EndBatchMaxDefault].
+	EndBatchMax int
+	// EndBatchWindow is how long a batch of run ends waits for more while
+	// other runs of this consumer are going. A lone run never waits, and a
+	// batch goes as soon as it is full. Defaults to [EndBatchWindowDefault];
+	// set [NoEndBatchWindow] to send each batch as soon as the previous one
+	// is written.
+	EndBatchWindow time.Duration
 	// ReleaseTimeout is how long Stop waits, after cancelling handlers, for
 	// them to return before it releases their runs anyway and abandons them.
 	// Defaults to [ReleaseTimeoutDefault].
@@ -206,7 +240,15 @@ func (c *ConsumerConfig) withDefaults() *ConsumerConfig {
 	out.PollInterval = cmp.Or(out.PollInterval, PollIntervalDefault)
 	out.ChangeStreamPollInterval = cmp.Or(out.ChangeStreamPollInterval, ChangeStreamPollIntervalDefault)
 	out.SweepInterval = cmp.Or(out.SweepInterval, SweepIntervalDefault)
+	out.ClaimBatchMax = cmp.Or(out.ClaimBatchMax, ClaimBatchMaxDefault)
 	out.PingBatchMax = cmp.Or(out.PingBatchMax, PingBatchMaxDefault)
+	out.EndBatchMax = cmp.Or(out.EndBatchMax, EndBatchMaxDefault)
+	switch out.EndBatchWindow {
+	case 0:
+		out.EndBatchWindow = EndBatchWindowDefault
+	case NoEndBatchWindow:
+		out.EndBatchWindow = 0
+	}
 	out.ReleaseTimeout = cmp.Or(out.ReleaseTimeout, ReleaseTimeoutDefault)
 	out.Timeout = cmp.Or(out.Timeout, TimeoutDefault)
 	out.TimeoutGrace = cmp.Or(out.TimeoutGrace, TimeoutGraceDefault)
@@ -253,8 +295,14 @@ func (c *ConsumerConfig) validate() error {
 		return invalid("ChangeStreamPollInterval", "must not be negative, got %s", c.ChangeStreamPollInterval)
 	case c.SweepInterval < 0:
 		return invalid("SweepInterval", "must not be negative, got %s", c.SweepInterval)
+	case c.ClaimBatchMax < 1:
+		return invalid("ClaimBatchMax", "must be at least 1, got %d", c.ClaimBatchMax)
 	case c.PingBatchMax < 1:
 		return invalid("PingBatchMax", "must be at least 1, got %d", c.PingBatchMax)
+	case c.EndBatchMax < 1:
+		return invalid("EndBatchMax", "must be at least 1, got %d", c.EndBatchMax)
+	case c.EndBatchWindow < 0 || c.EndBatchWindow > time.Second:
+		return invalid("EndBatchWindow", "must be NoEndBatchWindow or between 0 and 1s, got %s", c.EndBatchWindow)
 	case c.Timeout < 0:
 		return invalid("Timeout", "must not be negative, got %s", c.Timeout)
 	case c.TimeoutGrace < 0:
@@ -296,6 +344,7 @@ type Consumer[P, R any] struct {
 	slots   *semaphore.Weighted // one unit per run, from its claim until its end is written
 	running sync.WaitGroup      // run goroutines
 	pinger  *pinger
+	ends    *endBatcher // nil when run ends are written alone
 	history *historian
 	wakeCh  chan struct{} // buffered 1: something may have become claimable
 
@@ -357,6 +406,9 @@ func NewConsumer[P, R any](coll *mongo.Collection, handler Handler[P, R], cfg *C
 		wakeCh:  make(chan struct{}, 1),
 	}
 	con.pinger = newPinger(con.coll, c.WorkerID, c.Groups, con.clock, con.emit, con.log, &con.caps, c.PingBatchMax)
+	if c.EndBatchMax > 1 {
+		con.ends = newEndBatcher(con.coll, c.WorkerID, c.EndBatchMax, c.EndBatchWindow, c.WriteTimeout, con.Running)
+	}
 	con.history = newHistorian(con.coll, c.Retention, c.WriteTimeout, con.log, func(err error) {
 		con.log.Warn("run history not written yet; the maintenance pass will", "error", err)
 		con.emit(Event{Kind: EventError, Err: err})
@@ -411,6 +463,10 @@ func (c *Consumer[P, R]) Start(ctx context.Context) error {
 	go func() { defer c.loops.Done(); c.pinger.loop(c.pingCtx) }()
 	go func() { defer c.loops.Done(); c.history.loop(histCtx) }()
 	go func() { defer c.loops.Done(); c.claimLoop(c.fetchCtx) }()
+	if c.ends != nil {
+		c.loops.Add(1)
+		go func() { defer c.loops.Done(); c.ends.loop(c.endCtx) }()
+	}
 	if stream != nil {
 		c.loops.Add(1)
 		go func() { defer c.loops.Done(); c.watchLoop(c.fetchCtx, stream) }()

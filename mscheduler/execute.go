@@ -144,9 +144,15 @@ func (c *Consumer[P, R]) writeEnd(r *activeRun, end *runEnd) {
 	var err error
 	sent := time.Now()
 	for try := 1; ; try++ {
-		ctx, cancel := context.WithTimeout(c.endCtx, c.cfg.WriteTimeout)
-		err = end.write(ctx, c.coll)
-		cancel()
+		err = errWriteAlone
+		if try == 1 && c.ends != nil {
+			err = c.ends.write(end)
+		}
+		if errors.Is(err, errWriteAlone) {
+			ctx, cancel := context.WithTimeout(c.endCtx, c.cfg.WriteTimeout)
+			err = end.write(ctx, c.coll)
+			cancel()
+		}
 		if err == nil || errors.Is(err, errRunGone) || unwritable(err) || try == endWriteTries || c.pinger.lapsed(r) || c.endCtx.Err() != nil {
 			break
 		}

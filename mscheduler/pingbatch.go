@@ -61,7 +61,8 @@ func (p *pinger) renewBatch(ctx context.Context, items []pingItem, sent time.Tim
 		keys = append(keys, it.run.key)
 	}
 	// A statement refused by the server (a field edited into the wrong
-	// type) leaves the others applied: the read tells which were.
+	// type) may leave the others applied or not (the development server
+	// stops at the first): the read tells which were.
 	_, err := p.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 	var bwe mongo.BulkWriteException
 	if err != nil && !(errors.As(err, &bwe) && bwe.WriteConcernError == nil) {
@@ -88,22 +89,11 @@ func (p *pinger) renewBatch(ctx context.Context, items []pingItem, sent time.Tim
 
 // readBack reads the pinged tasks as their pings left them, by key.
 func (p *pinger) readBack(ctx context.Context, keys bson.A) (map[string]bson.Raw, error) {
-	proj := append(p.pingProjection(), bson.E{Key: holderPath(p.workerID), Value: 1})
-	cur, err := p.coll.Find(ctx, bson.D{{Key: fID, Value: op("$in", keys)}}, options.Find().SetProjection(proj))
+	tasks, err := readByKey(ctx, p.coll, keys, append(p.pingProjection(), bson.E{Key: holderPath(p.workerID), Value: 1}))
 	if err != nil {
-		return nil, fmt.Errorf("mscheduler: read pinged tasks: %w", err)
+		return nil, fmt.Errorf("mscheduler: ping: %w", err)
 	}
-	var raws []bson.Raw
-	if err := cur.All(ctx, &raws); err != nil {
-		return nil, fmt.Errorf("mscheduler: read pinged tasks: %w", err)
-	}
-	out := make(map[string]bson.Raw, len(raws))
-	for _, raw := range raws {
-		if key, ok := raw.Lookup(fID).StringValueOK(); ok {
-			out[key] = raw
-		}
-	}
-	return out, nil
+	return tasks, nil
 }
 
 func failAll(out []pingResult, err error) []pingResult {

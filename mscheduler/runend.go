@@ -160,19 +160,27 @@ func (e *runEnd) filter(c endCase) bson.D {
 	return f
 }
 
+// likelyCase is the case the seen state falls in, if any.
+func (e *runEnd) likelyCase() (endCase, bool) {
+	for _, c := range e.cases() {
+		if c.likely {
+			return c, true
+		}
+	}
+	return endCase{}, false
+}
+
 // tryLikely writes the likely case alone and reports whether it matched.
 func (e *runEnd) tryLikely(ctx context.Context, coll *mongo.Collection) (bool, error) {
-	for _, c := range e.cases() {
-		if !c.likely {
-			continue
-		}
-		res, err := coll.UpdateOne(ctx, e.filter(c), e.update(c))
-		if err != nil {
-			return false, err
-		}
-		return res.MatchedCount > 0, nil
+	c, ok := e.likelyCase()
+	if !ok {
+		return false, nil
 	}
-	return false, nil
+	res, err := coll.UpdateOne(ctx, e.filter(c), e.update(c))
+	if err != nil {
+		return false, err
+	}
+	return res.MatchedCount > 0, nil
 }
 
 func (e *runEnd) update(c endCase) bson.D {
@@ -261,7 +269,7 @@ func (e *runEnd) write(ctx context.Context, coll *mongo.Collection) error {
 			return err
 		}
 		if !held {
-			return errRunGone
+			return e.goneOrApplied(ctx, coll)
 		}
 		if try >= maxEndTries {
 			select {
@@ -273,9 +281,45 @@ func (e *runEnd) write(ctx context.Context, coll *mongo.Collection) error {
 	}
 }
 
+// goneOrApplied tells, once the run no longer holds its slot, whether an
+// earlier try of this very write was applied (its reply lost or late: the
+// task then carries this end's history mark, with its finish time; a sweep
+// that expired the run would have marked its own time) or another worker
+// took the slot.
+func (e *runEnd) goneOrApplied(ctx context.Context, coll *mongo.Collection) error {
+	filter := bson.D{{Key: fID, Value: e.key}, {Key: unloggedPath(e.record.RunID), Value: e.record.Finished}}
+	err := coll.FindOne(ctx, filter, options.FindOne().SetProjection(bson.D{{Key: fID, Value: 1}})).Err()
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return errRunGone
+	case err != nil:
+		return fmt.Errorf("mscheduler: read task %q: %w", e.key, err)
+	}
+	return nil
+}
+
 // reread reports whether the fence still matches, and refreshes the seen
 // state and max_failed_runs (an operator may have changed it).
 func (e *runEnd) reread(ctx context.Context, coll *mongo.Collection) (bool, error) {
+	raw, err := coll.FindOne(ctx, e.fence, options.FindOne().SetProjection(rereadProjection())).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("mscheduler: read task %q: %w", e.key, err)
+	}
+	return true, e.refresh(raw)
+}
+
+// rereadProjection is what a run end reads of its task to pick its case.
+func rereadProjection() bson.D {
+	return bson.D{{Key: fMaxFailedRuns, Value: 1}, {Key: fStatus, Value: 1}, {Key: fRunning, Value: 1}, {Key: fFree, Value: 1}, {Key: fFailedRuns, Value: 1},
+		{Key: fConcurrency, Value: 1}, {Key: pSkipNext, Value: 1}, {Key: pPlanned, Value: 1}, {Key: pRuns, Value: 1}, {Key: pSkipped, Value: 1}}
+}
+
+// refresh takes the seen state, max_failed_runs and plan position from a
+// read of the task with rereadProjection.
+func (e *runEnd) refresh(raw bson.Raw) error {
 	var doc struct {
 		MaxFailedRuns int       `bson:"max_failed_runs"`
 		State         taskState `bson:",inline"`
@@ -287,17 +331,8 @@ func (e *runEnd) reread(ctx context.Context, coll *mongo.Collection) (bool, erro
 			Skipped  int       `bson:"skipped"`
 		} `bson:"plan"`
 	}
-	proj := bson.D{{Key: fMaxFailedRuns, Value: 1}, {Key: fStatus, Value: 1}, {Key: fRunning, Value: 1}, {Key: fFree, Value: 1}, {Key: fFailedRuns, Value: 1},
-		{Key: fConcurrency, Value: 1}, {Key: pSkipNext, Value: 1}, {Key: pPlanned, Value: 1}, {Key: pRuns, Value: 1}, {Key: pSkipped, Value: 1}}
-	raw, err := coll.FindOne(ctx, e.fence, options.FindOne().SetProjection(proj)).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("mscheduler: read task %q: %w", e.key, err)
-	}
 	if err := bson.Unmarshal(raw, &doc); err != nil {
-		return false, &unreadableError{key: e.key, prob: &problem{field: "(document)", reason: fmt.Sprintf("cannot be decoded: %v", err)}}
+		return &unreadableError{key: e.key, prob: &problem{field: "(document)", reason: fmt.Sprintf("cannot be decoded: %v", err)}}
 	}
 	e.maxFailedRuns, e.seen = doc.MaxFailedRuns, doc.State
 	if e.advance != nil {
@@ -308,5 +343,5 @@ func (e *runEnd) reread(ctx context.Context, coll *mongo.Collection) (bool, erro
 		planned := doc.Plan.Planned
 		e.record.Planned = &planned
 	}
-	return true, nil
+	return nil
 }

@@ -125,7 +125,7 @@ func (e *env) describeServer(ctx context.Context) string {
 		version = "buildInfo version " + info.Version
 	}
 	if e.dev != nil {
-		return fmt.Sprintf("development server (FerretDB; %s) at %s", version, e.dev.Addr())
+		return fmt.Sprintf("development server (FerretDB on %s; %s) at %s", e.dev.Storage(), version, e.dev.Addr())
 	}
 	hosts := "?"
 	if cs, err := connstring.Parse(e.uri); err == nil {

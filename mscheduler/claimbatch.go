@@ -1,0 +1,235 @@
+package mscheduler
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// A batch claim fills k free slots with three commands, whatever k:
+//  1. a query for candidate tasks, in claim order, a few more than k;
+//  2. one unordered update with a statement per chosen candidate, each
+//     the claim's own filter on that task and the claim's own update with
+//     a run id of its own, so that every rule of a single claim holds per
+//     task (free slots, one run per worker, allow-lists, groups, pauses,
+//     distinct workers, due time);
+//  3. one read of the chosen tasks that hold one of the batch's run ids:
+//     the claims won. Statements that lost to another worker matched
+//     nothing and cost nothing more.
+//
+// The read does not depend on the update's reply, so a reply lost on the
+// way finds its claims all the same.
+
+// claimSpread is how many times more candidates than free slots a batch
+// claim reads, to choose among.
+const claimSpread = 4
+
+// claimed is a run won by a claim: the task as claimed, and the run's id.
+type claimed struct {
+	raw   bson.Raw
+	runID string
+}
+
+// candidate is a task that a batch may claim.
+type candidate struct {
+	Key             string `bson:"_id"`
+	Priority        int    `bson:"priority"`
+	WorkerTimeoutMS int64  `bson:"worker_timeout_ms"`
+}
+
+// claimBatch claims up to k runs. It reports the runs won, and whether
+// the candidates ran out (nothing else is claimable now).
+func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) ([]claimed, bool, error) {
+	now := c.clock.Now()
+	limit := claimSpread * k // spare, for the choice to vary between workers
+	cands, err := c.candidates(ctx, claimFilter(c.cfg.WorkerID, c.cfg.Groups, st.skipped.keys(now), now), limit)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(cands) == 0 {
+		return nil, true, nil
+	}
+	chosen := choose(cands, k)
+	tried := len(chosen) == len(cands) // every claimable task had a statement
+	for _, cd := range chosen {
+		st.leases.observe(fromMS(cd.WorkerTimeoutMS))
+	}
+	runIDs := make([]string, len(chosen))
+	models := make([]mongo.WriteModel, len(chosen))
+	eligible := claimFilter(c.cfg.WorkerID, c.cfg.Groups, nil, now)
+	for i, cd := range chosen {
+		runIDs[i] = newRunID()
+		filter := append(bson.D{{Key: fID, Value: cd.Key}}, eligible...)
+		models[i] = mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(c.claimUpdate(st, runIDs[i], now))
+	}
+	// As for a single claim, a stop does not interrupt the write.
+	wctx, cancel := c.writeCtx()
+	defer cancel()
+	sent := time.Now()
+	_, werr := c.coll.BulkWrite(wctx, models, options.BulkWrite().SetOrdered(false))
+	st.claimLatency = time.Since(sent)
+	var bwe mongo.BulkWriteException
+	refused := errors.As(werr, &bwe) && bwe.WriteConcernError == nil
+	if refused {
+		werr = nil
+	}
+	won, err := c.readClaims(wctx, chosen, runIDs)
+	if err != nil {
+		for _, id := range runIDs {
+			st.unconfirmed = appendBounded(st.unconfirmed, id)
+		}
+		return nil, false, fmt.Errorf("mscheduler: claim %d runs: %w", len(chosen), cmp.Or(werr, err))
+	}
+	if werr != nil && len(won) == 0 {
+		return nil, false, fmt.Errorf("mscheduler: claim %d runs: %w", len(chosen), werr)
+	}
+	if refused {
+		// The server refused some statements on what their tasks hold. Its
+		// error's indexes cannot be trusted to say which (the development
+		// server reports them wrong and stops at the first), so the tasks
+		// not won are claimed again one by one, where a refusal names its
+		// task.
+		won = append(won, c.claimEachAlone(wctx, st, notWon(chosen, won), now)...)
+	}
+	// A statement that matched nothing lost its task to another worker, or
+	// to a change that made it not claimable by this one: either way, not
+	// claimable now.
+	return won, tried, nil
+}
+
+// notWon returns the candidates that no claim of won took.
+func notWon(chosen []candidate, won []claimed) []candidate {
+	taken := map[string]bool{}
+	for _, cl := range won {
+		key, _ := cl.raw.Lookup(fID).StringValueOK()
+		taken[key] = true
+	}
+	var out []candidate
+	for _, cd := range chosen {
+		if !taken[cd.Key] {
+			out = append(out, cd)
+		}
+	}
+	return out
+}
+
+// claimEachAlone claims the candidates one at a time, after a batch the
+// server refused part of. A task whose claim is refused is set invalid,
+// naming the field.
+func (c *Consumer[P, R]) claimEachAlone(ctx context.Context, st *claimState, cands []candidate, now time.Time) []claimed {
+	eligible := claimFilter(c.cfg.WorkerID, c.cfg.Groups, nil, now)
+	var out []claimed
+	for _, cd := range cands {
+		runID := newRunID()
+		filter := append(bson.D{{Key: fID, Value: cd.Key}}, eligible...)
+		res, err := c.coll.UpdateOne(ctx, filter, c.claimUpdate(st, runID, now))
+		switch {
+		case err != nil && isServerRefusal(err):
+			c.refused(ctx, st, filter, err)
+			continue
+		case err != nil:
+			c.loopError(ctx, fmt.Errorf("mscheduler: claim %q: %w", cd.Key, err))
+			st.unconfirmed = appendBounded(st.unconfirmed, runID)
+			continue
+		case res.MatchedCount == 0:
+			continue
+		}
+		found, err := c.readClaims(ctx, []candidate{cd}, []string{runID})
+		if err != nil {
+			st.unconfirmed = appendBounded(st.unconfirmed, runID)
+			continue
+		}
+		out = append(out, found...)
+	}
+	return out
+}
+
+// appendBounded adds a lost claim's run id to be looked for, within
+// maxUnconfirmed.
+func appendBounded(ids []string, id string) []string {
+	if len(ids) >= maxUnconfirmed {
+		return ids
+	}
+	return append(ids, id)
+}
+
+// claimUpdate is the update that claims one slot of a task for run runID.
+func (c *Consumer[P, R]) claimUpdate(st *claimState, runID string, now time.Time) bson.D {
+	return bson.D{
+		{Key: "$set", Value: bson.D{
+			{Key: fStatus, Value: StatusRunning},
+			{Key: holderPath(c.cfg.WorkerID), Value: holder{Run: runID, Started: now, LeaseUntil: now.Add(claimLease)}},
+			{Key: fUpdatedAt, Value: now},
+		}},
+		{Key: "$inc", Value: bson.D{{Key: fFree, Value: -1}, {Key: fRunning, Value: 1}, {Key: fRev, Value: 1}}},
+		// Sweeps look at the task from when its lease may lapse: the
+		// shortest worker timeout among the tasks this worker claimed last,
+		// a guess that the first ping corrects.
+		{Key: "$min", Value: bson.D{{Key: fNextExpiry, Value: now.Add(st.leases.shortest())}}},
+		{Key: "$unset", Value: bson.D{{Key: fInvalid, Value: ""}}}, // a repaired task's old reason
+	}
+}
+
+// candidates reads up to limit claimable tasks in claim order.
+func (c *Consumer[P, R]) candidates(ctx context.Context, filter bson.D, limit int) ([]candidate, error) {
+	opts := options.Find().SetSort(claimSort).SetLimit(int64(limit)).SetBatchSize(int32(limit)).
+		SetProjection(bson.D{{Key: fPriority, Value: 1}, {Key: fWorkerTimeoutMS, Value: 1}})
+	cur, err := c.coll.Find(ctx, filter, opts)
+	if err != nil {
+		return nil, fmt.Errorf("mscheduler: find claimable tasks: %w", err)
+	}
+	var out []candidate
+	if err := cur.All(ctx, &out); err != nil {
+		return nil, fmt.Errorf("mscheduler: find claimable tasks: %w", err)
+	}
+	return out, nil
+}
+
+// choose picks k of the candidates: a run of k in claim order, from a
+// random place among those of the highest priority, so that workers that
+// read the same candidates at once mostly claim different tasks (a
+// statement that loses its task costs a statement, not a command).
+func choose(cands []candidate, k int) []candidate {
+	if len(cands) <= k {
+		return cands
+	}
+	top := 1 // candidates of the highest priority
+	for top < len(cands) && cands[top].Priority == cands[0].Priority {
+		top++
+	}
+	start := 0
+	if top > k {
+		start = rand.IntN(top - k + 1)
+	}
+	return cands[start : start+k]
+}
+
+// readClaims reads the chosen tasks that one of runIDs claimed.
+func (c *Consumer[P, R]) readClaims(ctx context.Context, chosen []candidate, runIDs []string) ([]claimed, error) {
+	keys := make(bson.A, len(chosen))
+	for i, cd := range chosen {
+		keys[i] = cd.Key
+	}
+	filter := bson.D{{Key: fID, Value: op("$in", keys)}, {Key: holderPath(c.cfg.WorkerID, hRun), Value: op("$in", runIDs)}}
+	cur, err := c.coll.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: fRuns, Value: 0}}))
+	if err != nil {
+		return nil, fmt.Errorf("read claimed tasks: %w", err)
+	}
+	var raws []bson.Raw
+	if err := cur.All(ctx, &raws); err != nil {
+		return nil, fmt.Errorf("read claimed tasks: %w", err)
+	}
+	out := make([]claimed, 0, len(raws))
+	for _, raw := range raws {
+		runID, _ := raw.Lookup(fHolders, c.cfg.WorkerID, hRun).StringValueOK()
+		out = append(out, claimed{raw: raw, runID: runID})
+	}
+	return out, nil
+}

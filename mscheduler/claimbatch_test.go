@@ -1,0 +1,287 @@
+package mscheduler_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
+)
+
+// claimCommands records batch claims: updates whose statements add a run.
+func claimCommands() *updateStatements {
+	return &updateStatements{match: func(st bson.Raw) bool { return isOne(st.Lookup("u", "$inc", "running")) }}
+}
+
+// batches sums the commands and statements recorded.
+func batches(c *updateStatements) (n, statements int) {
+	for _, s := range c.snapshot() {
+		n, statements = n+1, statements+s
+	}
+	return n, statements
+}
+
+// concurrencyWatch records, while handlers run, the most runs at once of
+// each task, of each worker, and of each task by one worker.
+type concurrencyWatch struct {
+	mu                          sync.Mutex
+	task, worker, taskWorker    map[string]int
+	maxTask, maxWorker, maxPair map[string]int
+}
+
+func newConcurrencyWatch() *concurrencyWatch {
+	return &concurrencyWatch{task: map[string]int{}, worker: map[string]int{}, taskWorker: map[string]int{},
+		maxTask: map[string]int{}, maxWorker: map[string]int{}, maxPair: map[string]int{}}
+}
+
+func (w *concurrencyWatch) enter(key, worker string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	pair := key + "/" + worker
+	w.task[key]++
+	w.worker[worker]++
+	w.taskWorker[pair]++
+	w.maxTask[key] = max(w.maxTask[key], w.task[key])
+	w.maxWorker[worker] = max(w.maxWorker[worker], w.worker[worker])
+	w.maxPair[pair] = max(w.maxPair[pair], w.taskWorker[pair])
+}
+
+func (w *concurrencyWatch) leave(key, worker string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.task[key]--
+	w.worker[worker]--
+	w.taskWorker[key+"/"+worker]--
+}
+
+// TestBatchClaimsKeepSlotsAndConcurrency drains tasks of concurrency 1 to
+// 3 (some wanting distinct workers) with one consumer of 64 slots, and
+// with 8 consumers of 8 slots: no task ever has more runs at once than its
+// concurrency, no worker more than its slots, no worker two runs of one
+// task, and each task ends with as many successes as its concurrency,
+// from distinct workers where it asks for them. Batch claims did the work.
+func TestBatchClaimsKeepSlotsAndConcurrency(t *testing.T) {
+	for _, c := range []struct{ consumers, capacity, tasks int }{{1, 64, 100}, {8, 8, 90}} {
+		t.Run(fmt.Sprintf("%dx%d", c.consumers, c.capacity), func(t *testing.T) {
+			coll := mschedulertest.Collection(t)
+			p := newProducer[int](t, coll, nil)
+			tasks := make([]mscheduler.Task[int], c.tasks)
+			successes := 0
+			for i := range tasks {
+				tasks[i] = mscheduler.Task[int]{Key: fmt.Sprintf("k%03d", i), Concurrency: i%3 + 1, DistinctWorkers: c.consumers > 1 && i%2 == 0}
+				successes += tasks[i].Concurrency
+			}
+			if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+				t.Fatal(err)
+			}
+			counts := claimCommands()
+			client := mschedulertest.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{Started: counts.started}))
+			watch := newConcurrencyWatch()
+			ev := mschedulertest.NewEvents()
+			for w := range c.consumers {
+				cfg := fastConfig(fmt.Sprintf("w%d", w), ev)
+				// Wakes come from run ends in this process; polls of 8
+				// consumers would only load the server.
+				cfg.Capacity, cfg.PollInterval, cfg.SweepInterval = c.capacity, 500*time.Millisecond, 5*time.Second
+				startConsumer(t, dbCollection(client, coll), func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+					watch.enter(task.Key, task.Run.WorkerID)
+					defer watch.leave(task.Key, task.Run.WorkerID)
+					// Long enough for runs of one task to overlap.
+					select {
+					case <-time.After(20 * time.Millisecond):
+					case <-ctx.Done():
+					}
+					return 0, nil
+				}, cfg)
+			}
+			ev.WaitCountWithin(t, 2*time.Minute, mscheduler.EventSucceeded, successes)
+			for i, task := range tasks {
+				if got := watch.maxTask[task.Key]; got > task.Concurrency {
+					t.Errorf("%s: %d runs at once, concurrency %d", task.Key, got, task.Concurrency)
+				}
+				doc := readTask(t, coll, task.Key)
+				if doc.Status != string(mscheduler.StatusSucceeded) || doc.Succeeded != task.Concurrency {
+					t.Errorf("task %d: status %s with %d successes, want succeeded with %d", i, doc.Status, doc.Succeeded, task.Concurrency)
+				}
+				if task.DistinctWorkers {
+					seen := map[string]bool{}
+					for _, r := range doc.Runs {
+						if seen[r.WorkerID] {
+							t.Errorf("%s wants distinct workers; %s ran it twice", task.Key, r.WorkerID)
+						}
+						seen[r.WorkerID] = true
+					}
+				}
+			}
+			for worker, most := range watch.maxWorker {
+				if most > c.capacity {
+					t.Errorf("%s ran %d handlers at once, capacity %d", worker, most, c.capacity)
+				}
+			}
+			for pair, most := range watch.maxPair {
+				if most > 1 {
+					t.Errorf("%s: %d runs of one task by one worker at once", pair, most)
+				}
+			}
+			if n, statements := batches(counts); n == 0 || statements <= n {
+				t.Errorf("%d batch claims with %d statements: the work was not claimed in batches", n, statements)
+			} else {
+				t.Logf("%d batch claims, %.1f statements each; %d successes", n, float64(statements)/float64(n), successes)
+			}
+		})
+	}
+}
+
+// TestBatchClaimTakesHigherPriorityFirst: with ten free slots, the ten
+// tasks of higher priority are claimed before any of the twenty others,
+// whatever their run_at.
+func TestBatchClaimTakesHigherPriorityFirst(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	var tasks []mscheduler.Task[int]
+	early := time.Now().Add(-time.Hour)
+	for i := range 20 {
+		tasks = append(tasks, mscheduler.Task[int]{Key: fmt.Sprintf("low%02d", i), RunAt: early})
+	}
+	for i := range 10 {
+		tasks = append(tasks, mscheduler.Task[int]{Key: fmt.Sprintf("high%02d", i), Priority: 5})
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Capacity = 10
+	release := make(chan struct{})
+	startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return 0, nil
+	}, cfg)
+	t.Cleanup(func() { close(release) })
+	ev.WaitCount(t, mscheduler.EventClaimed, 10)
+	for _, e := range ev.Snapshot() {
+		if e.Kind == mscheduler.EventClaimed && e.Key[:4] != "high" {
+			t.Errorf("claimed %s while tasks of higher priority waited", e.Key)
+		}
+	}
+}
+
+func isOne(v bson.RawValue) bool {
+	n, ok := v.AsInt64OK()
+	return ok && n == 1
+}
+
+// untargeted records the single-document writes to the task collection
+// whose filter does not name one _id: on a collection sharded on _id,
+// MongoDB before 7.1 refuses such a findAndModify.
+type untargeted struct {
+	mu   sync.Mutex
+	coll string
+	seen []string
+}
+
+func (u *untargeted) started(_ context.Context, e *event.CommandStartedEvent) {
+	var filters []bson.Raw
+	switch e.CommandName {
+	case "findAndModify":
+		if e.Command.Lookup("findAndModify").StringValue() == u.coll {
+			filters = append(filters, e.Command.Lookup("query").Document())
+		}
+	case "update":
+		if e.Command.Lookup("update").StringValue() != u.coll {
+			return
+		}
+		updates, _ := e.Command.Lookup("updates").Array().Values()
+		for _, st := range updates {
+			if multi, _ := st.Document().Lookup("multi").BooleanOK(); !multi {
+				filters = append(filters, st.Document().Lookup("q").Document())
+			}
+		}
+	}
+	for _, f := range filters {
+		if id := f.Lookup("_id"); id.Type != bson.TypeString {
+			u.mu.Lock()
+			u.seen = append(u.seen, e.CommandName+" "+f.String())
+			u.mu.Unlock()
+		}
+	}
+}
+
+// TestTargetedClaimsNameTheirTask: with TargetedClaims, a consumer of one
+// slot and one of four drain their tasks with every single-document write
+// naming its task's _id.
+func TestTargetedClaimsNameTheirTask(t *testing.T) {
+	for _, capacity := range []int{1, 4} {
+		t.Run(fmt.Sprintf("Capacity=%d", capacity), func(t *testing.T) {
+			coll := mschedulertest.Collection(t)
+			p := newProducer[int](t, coll, nil)
+			tasks := make([]mscheduler.Task[int], 12)
+			for i := range tasks {
+				tasks[i] = mscheduler.Task[int]{Key: fmt.Sprintf("k%02d", i), Concurrency: i%2 + 1}
+			}
+			if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+				t.Fatal(err)
+			}
+			u := &untargeted{coll: coll.Name()}
+			client := mschedulertest.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{Started: u.started}))
+			ev := mschedulertest.NewEvents()
+			cfg := fastConfig("w", ev)
+			cfg.Capacity, cfg.TargetedClaims = capacity, true
+			startConsumer(t, dbCollection(client, coll), func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }, cfg)
+			ev.WaitCount(t, mscheduler.EventSucceeded, 12+6)
+			u.mu.Lock()
+			defer u.mu.Unlock()
+			if len(u.seen) > 0 {
+				t.Errorf("%d single-document writes without their task's _id, first: %s", len(u.seen), u.seen[0])
+			}
+		})
+	}
+}
+
+// TestLostBatchClaimReplyIsFound: the reply to a batch claim is lost on
+// the way back; the read that follows finds the claims all the same, and
+// each task runs once.
+func TestLostBatchClaimReplyIsFound(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	for i := range 4 {
+		if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: fmt.Sprintf("k%d", i), MaxFailedRuns: 1, PingInterval: 100 * time.Millisecond, WorkerTimeout: time.Second}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var dropped atomic.Bool
+	proxy, client := newCmdProxy(t, nil)
+	// With TargetedClaims, the first update of the task collection this
+	// worker sends is its first claim: nothing has ended yet.
+	proxy.dropIf = func(name string, body, _ bson.Raw) bool {
+		return name == "update" && body.Lookup("update").StringValue() == coll.Name() && dropped.CompareAndSwap(false, true)
+	}
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Capacity, cfg.TargetedClaims = 4, true
+	startConsumer(t, dbCollection(client, coll), func(context.Context, *mscheduler.Task[int]) (int, error) { return 1, nil }, cfg)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 4)
+	if !dropped.Load() {
+		t.Fatal("no claim reply was dropped")
+	}
+	for i := range 4 {
+		st := readTask(t, coll, fmt.Sprintf("k%d", i))
+		if len(st.Runs) != 1 || st.Runs[0].Outcome != "succeeded" || st.FailedRuns != 0 {
+			t.Errorf("k%d: %+v, want one run, succeeded", i, st)
+		}
+	}
+	if n := ev.Count(mscheduler.EventClaimed); n != 4 {
+		t.Errorf("%d claims, want 4", n)
+	}
+}

@@ -1,0 +1,216 @@
+package mscheduler_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
+)
+
+// updateStatements records the update commands whose first statement
+// matches, with their number of statements.
+type updateStatements struct {
+	match      func(statement bson.Raw) bool
+	mu         sync.Mutex
+	statements []int
+}
+
+func (c *updateStatements) started(_ context.Context, e *event.CommandStartedEvent) {
+	if e.CommandName != "update" {
+		return
+	}
+	updates, _ := e.Command.Lookup("updates").Array().Values()
+	if len(updates) == 0 || !c.match(updates[0].Document()) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.statements = append(c.statements, len(updates))
+}
+
+func (c *updateStatements) snapshot() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]int(nil), c.statements...)
+}
+
+// endCommands records the commands that end runs: their statements push a
+// run record.
+func endCommands() *updateStatements {
+	return &updateStatements{match: func(st bson.Raw) bool { return st.Lookup("u", "$push", "runs").Type != 0 }}
+}
+
+// heldForEnds publishes n tasks and starts a consumer that holds them all
+// until release is closed; its run ends wait up to a second for each
+// other, so that they go in one batch. It returns the collection as the
+// test sees it, the events and the run-end commands counted.
+func heldForEnds(t *testing.T, n int, endBatchMax int) (coll *mongo.Collection, ev *mschedulertest.Events, counts *updateStatements, release chan struct{}) {
+	t.Helper()
+	coll = mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	tasks := make([]mscheduler.Task[int], n)
+	for i := range tasks {
+		// Long pings: the run ends, not a ping, are to meet what the test changes.
+		tasks[i] = mscheduler.Task[int]{Key: fmt.Sprintf("k%d", i), PingInterval: 20 * time.Second, WorkerTimeout: time.Minute}
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	counts = endCommands()
+	client := mschedulertest.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{Started: counts.started}))
+	ev = mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Capacity, cfg.EndBatchMax, cfg.EndBatchWindow = n, endBatchMax, time.Second
+	release = make(chan struct{})
+	startConsumer(t, dbCollection(client, coll), func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+		select {
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		case <-release:
+			return 7, nil
+		}
+	}, cfg)
+	ev.WaitCount(t, mscheduler.EventClaimed, n)
+	return coll, ev, counts, release
+}
+
+// TestBatchedRunEndsAreOneCommand: eight runs that end together are
+// written in one command of eight statements, and each is recorded as if
+// written alone; with EndBatchMax 1, each is its own command.
+func TestBatchedRunEndsAreOneCommand(t *testing.T) {
+	const n = 8
+	for _, c := range []struct {
+		batchMax int
+		want     []int
+	}{{mscheduler.EndBatchMaxDefault, []int{n}}, {1, []int{1, 1, 1, 1, 1, 1, 1, 1}}} {
+		t.Run(fmt.Sprintf("EndBatchMax=%d", c.batchMax), func(t *testing.T) {
+			coll, ev, counts, release := heldForEnds(t, n, c.batchMax)
+			close(release)
+			ev.WaitCount(t, mscheduler.EventSucceeded, n)
+			if got := counts.snapshot(); fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Errorf("statements per run-end command = %v, want %v", got, c.want)
+			}
+			for i := range n {
+				doc := mschedulertest.Doc(t, coll, fmt.Sprintf("k%d", i))
+				runs, _ := doc["runs"].(bson.A)
+				if doc["status"] != "succeeded" || len(runs) != 1 || doc["running"] != int32(0) {
+					t.Errorf("k%d after its run ended: status %v, running %v, %d records", i, doc["status"], doc["running"], len(runs))
+				}
+			}
+		})
+	}
+}
+
+// TestBatchedRunEndOfPreemptedRunWritesNothing: a run whose slot another
+// worker took meanwhile writes nothing in its batch (its statement is
+// fenced on it) and is reported lost; the rest of the batch lands, and a
+// run whose task moved to another case since it was read (its concurrency
+// raised) is written again alone.
+func TestBatchedRunEndOfPreemptedRunWritesNothing(t *testing.T) {
+	const n = 8
+	coll, ev, counts, release := heldForEnds(t, n, mscheduler.EndBatchMaxDefault)
+	ctx := ctxT(t)
+	// k0: another worker took the slot over (as after a lapse and a sweep).
+	other := bson.D{{Key: "run", Value: "other-run"}, {Key: "started", Value: time.Now()}, {Key: "lease_until", Value: time.Now().Add(time.Hour)}}
+	if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "k0"}}, bson.D{
+		{Key: "$unset", Value: bson.D{{Key: "holders.w", Value: ""}}},
+		{Key: "$set", Value: bson.D{{Key: "holders.x", Value: other}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// k1: one more slot, so its run's end is no longer the last success
+	// (paused, so that the slot is not claimed again at once).
+	if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "k1"}}, bson.D{
+		{Key: "$inc", Value: bson.D{{Key: "concurrency", Value: 1}, {Key: "free", Value: 1}}},
+		{Key: "$set", Value: bson.D{{Key: "paused", Value: true}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	ev.WaitCount(t, mscheduler.EventSucceeded, n-1)
+	ev.WaitCount(t, mscheduler.EventLeaseLost, 1)
+	for _, e := range ev.Snapshot() {
+		if e.Kind == mscheduler.EventLeaseLost && e.Key != "k0" {
+			t.Errorf("lease lost reported for %s, want only k0", e.Key)
+		}
+	}
+	k0, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: "k0"}}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k0.Lookup("runs").Type != 0 || k0.Lookup("running").AsInt64() != 1 || k0.Lookup("status").StringValue() != "running" ||
+		k0.Lookup("holders", "x", "run").StringValue() != "other-run" || k0.Lookup("unlogged").Type != 0 {
+		t.Errorf("the preempted run wrote to its task: %v", k0)
+	}
+	k1 := mschedulertest.Doc(t, coll, "k1")
+	if runs, _ := k1["runs"].(bson.A); len(runs) != 1 || k1["status"] != "pending" || k1["free"] != int32(1) {
+		t.Errorf("k1 after its run ended with a slot left: status %v, free %v, runs %v", k1["status"], k1["free"], k1["runs"])
+	}
+	for i := 2; i < n; i++ {
+		if doc := mschedulertest.Doc(t, coll, fmt.Sprintf("k%d", i)); doc["status"] != "succeeded" {
+			t.Errorf("k%d: status %v, want succeeded", i, doc["status"])
+		}
+	}
+	// One batch of all eight, then k1 alone; k0 was not written again.
+	if got := counts.snapshot(); fmt.Sprint(got) != fmt.Sprint([]int{n, 1}) {
+		t.Errorf("statements per run-end command = %v, want [%d 1]", got, n)
+	}
+}
+
+// TestRunEndAppliedWithItsReplyLostIsRecorded: the server applies a run
+// end (alone, or a batch of four) but its reply is lost; the write tried
+// again finds the run gone, and then its own history mark on the task, so
+// the runs are reported succeeded, not lost.
+func TestRunEndAppliedWithItsReplyLostIsRecorded(t *testing.T) {
+	for _, c := range []struct{ tasks, endBatchMax int }{{1, 1}, {4, mscheduler.EndBatchMaxDefault}} {
+		t.Run(fmt.Sprintf("tasks=%d,EndBatchMax=%d", c.tasks, c.endBatchMax), func(t *testing.T) {
+			coll := mschedulertest.Collection(t)
+			p := newProducer[int](t, coll, nil)
+			for i := range c.tasks {
+				if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: fmt.Sprintf("k%d", i), PingInterval: 20 * time.Second, WorkerTimeout: time.Minute}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var dropped, ending atomic.Bool
+			proxy, client := newCmdProxy(t, nil)
+			// Once the handlers are released, the first update of the task
+			// collection is a run end (pings are 20 s apart).
+			proxy.dropIf = func(name string, body, _ bson.Raw) bool {
+				return ending.Load() && name == "update" && body.Lookup("update").StringValue() == coll.Name() && dropped.CompareAndSwap(false, true)
+			}
+			ev := mschedulertest.NewEvents()
+			cfg := fastConfig("w", ev)
+			cfg.Capacity, cfg.EndBatchMax, cfg.EndBatchWindow = c.tasks, c.endBatchMax, time.Second
+			release := make(chan struct{})
+			startConsumer(t, dbCollection(client, coll), func(ctx context.Context, _ *mscheduler.Task[int]) (int, error) {
+				<-release
+				return 1, nil
+			}, cfg)
+			ev.WaitCount(t, mscheduler.EventClaimed, c.tasks)
+			ending.Store(true)
+			close(release)
+			ev.WaitCount(t, mscheduler.EventSucceeded, c.tasks)
+			if !dropped.Load() {
+				t.Fatal("no run end reply was dropped")
+			}
+			if n := ev.Count(mscheduler.EventLeaseLost); n != 0 {
+				t.Errorf("%d runs reported lost", n)
+			}
+			for i := range c.tasks {
+				if st := readTask(t, coll, fmt.Sprintf("k%d", i)); st.Status != "succeeded" || len(st.Runs) != 1 {
+					t.Errorf("k%d: status %s with %d records, want succeeded with 1", i, st.Status, len(st.Runs))
+				}
+			}
+		})
+	}
+}
