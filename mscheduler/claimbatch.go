@@ -37,11 +37,25 @@ type claimed struct {
 	runID string
 }
 
-// candidate is a task that a batch may claim.
+// candidate is a task that a batch may claim. It is read field by field,
+// leniently: a hand-edited field of the wrong type must not stop the
+// batch (the claim's inspection sets such a task invalid, naming it).
 type candidate struct {
-	Key             string `bson:"_id"`
-	Priority        int    `bson:"priority"`
-	WorkerTimeoutMS int64  `bson:"worker_timeout_ms"`
+	Key             string
+	Priority        int64
+	WorkerTimeoutMS int64
+}
+
+// candidateOf reads a candidate; a task whose _id is not a string is not
+// one (the single claim and the periodic check deal with it).
+func candidateOf(raw bson.Raw) (candidate, bool) {
+	key, ok := raw.Lookup(fID).StringValueOK()
+	if !ok {
+		return candidate{}, false
+	}
+	priority, _ := raw.Lookup(fPriority).AsInt64OK()
+	timeout, _ := raw.Lookup(fWorkerTimeoutMS).AsInt64OK()
+	return candidate{Key: key, Priority: priority, WorkerTimeoutMS: timeout}, true
 }
 
 // claimBatch claims up to k runs. It reports the runs won, and whether
@@ -59,7 +73,9 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 	chosen := choose(cands, k)
 	tried := len(chosen) == len(cands) // every claimable task had a statement
 	for _, cd := range chosen {
-		st.leases.observe(fromMS(cd.WorkerTimeoutMS))
+		if cd.WorkerTimeoutMS > 0 {
+			st.leases.observe(fromMS(cd.WorkerTimeoutMS))
+		}
 	}
 	runIDs := make([]string, len(chosen))
 	models := make([]mongo.WriteModel, len(chosen))
@@ -87,8 +103,15 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 		}
 		return nil, false, fmt.Errorf("mscheduler: claim %d runs: %w", len(chosen), cmp.Or(werr, err))
 	}
-	if werr != nil && len(won) == 0 {
-		return nil, false, fmt.Errorf("mscheduler: claim %d runs: %w", len(chosen), werr)
+	if werr != nil {
+		// The server may still apply statements after the read: the run
+		// ids not found are looked for again at the next pass.
+		for _, id := range notFound(runIDs, won) {
+			st.unconfirmed = appendBounded(st.unconfirmed, id)
+		}
+		if len(won) == 0 {
+			return nil, false, fmt.Errorf("mscheduler: claim %d runs: %w", len(chosen), werr)
+		}
 	}
 	if refused {
 		// The server refused some statements on what their tasks hold. Its
@@ -96,7 +119,7 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 		// server reports them wrong and stops at the first), so the tasks
 		// not won are claimed again one by one, where a refusal names its
 		// task.
-		won = append(won, c.claimEachAlone(wctx, st, notWon(chosen, won), now)...)
+		won = append(won, c.claimEachAlone(ctx, st, notWon(chosen, won))...)
 	}
 	// A statement that matched nothing lost its task to another worker, or
 	// to a change that made it not claimable by this one: either way, not
@@ -122,31 +145,59 @@ func notWon(chosen []candidate, won []claimed) []candidate {
 
 // claimEachAlone claims the candidates one at a time, after a batch the
 // server refused part of. A task whose claim is refused is set invalid,
-// naming the field.
-func (c *Consumer[P, R]) claimEachAlone(ctx context.Context, st *claimState, cands []candidate, now time.Time) []claimed {
-	eligible := claimFilter(c.cfg.WorkerID, c.cfg.Groups, nil, now)
+// naming the field; an error of another kind ends the tries.
+func (c *Consumer[P, R]) claimEachAlone(ctx context.Context, st *claimState, cands []candidate) []claimed {
 	var out []claimed
 	for _, cd := range cands {
-		runID := newRunID()
-		filter := append(bson.D{{Key: fID, Value: cd.Key}}, eligible...)
-		res, err := c.coll.UpdateOne(ctx, filter, c.claimUpdate(st, runID, now))
-		switch {
-		case err != nil && isServerRefusal(err):
-			c.refused(ctx, st, filter, err)
-			continue
-		case err != nil:
-			c.loopError(ctx, fmt.Errorf("mscheduler: claim %q: %w", cd.Key, err))
-			st.unconfirmed = appendBounded(st.unconfirmed, runID)
-			continue
-		case res.MatchedCount == 0:
-			continue
+		if ctx.Err() != nil {
+			return out
 		}
-		found, err := c.readClaims(ctx, []candidate{cd}, []string{runID})
+		found, err := c.claimAlone(st, cd)
 		if err != nil {
-			st.unconfirmed = appendBounded(st.unconfirmed, runID)
-			continue
+			c.loopError(ctx, err)
+			return out
 		}
 		out = append(out, found...)
+	}
+	return out
+}
+
+// claimAlone claims one slot of the candidate with a write of its own.
+func (c *Consumer[P, R]) claimAlone(st *claimState, cd candidate) ([]claimed, error) {
+	wctx, cancel := c.writeCtx()
+	defer cancel()
+	now, runID := c.clock.Now(), newRunID()
+	filter := append(bson.D{{Key: fID, Value: cd.Key}}, claimFilter(c.cfg.WorkerID, c.cfg.Groups, nil, now)...)
+	res, err := c.coll.UpdateOne(wctx, filter, c.claimUpdate(st, runID, now))
+	switch {
+	case err != nil && isServerRefusal(err):
+		c.refused(wctx, st, filter, err)
+		return nil, nil
+	case err != nil:
+		st.unconfirmed = appendBounded(st.unconfirmed, runID)
+		return nil, fmt.Errorf("mscheduler: claim %q: %w", cd.Key, err)
+	case res.MatchedCount == 0:
+		return nil, nil
+	}
+	found, err := c.readClaims(wctx, []candidate{cd}, []string{runID})
+	if err != nil {
+		st.unconfirmed = appendBounded(st.unconfirmed, runID)
+		return nil, err
+	}
+	return found, nil
+}
+
+// notFound returns the run ids that no claim of won holds.
+func notFound(runIDs []string, won []claimed) []string {
+	got := map[string]bool{}
+	for _, cl := range won {
+		got[cl.runID] = true
+	}
+	var out []string
+	for _, id := range runIDs {
+		if !got[id] {
+			out = append(out, id)
+		}
 	}
 	return out
 }
@@ -177,17 +228,24 @@ func (c *Consumer[P, R]) claimUpdate(st *claimState, runID string, now time.Time
 	}
 }
 
-// candidates reads up to limit claimable tasks in claim order.
+// candidates reads up to limit claimable tasks in claim order, in one
+// reply (see readByKey for the batch size).
 func (c *Consumer[P, R]) candidates(ctx context.Context, filter bson.D, limit int) ([]candidate, error) {
-	opts := options.Find().SetSort(claimSort).SetLimit(int64(limit)).SetBatchSize(int32(limit)).
+	opts := options.Find().SetSort(claimSort).SetLimit(int64(limit)).SetBatchSize(int32(limit + 1)).
 		SetProjection(bson.D{{Key: fPriority, Value: 1}, {Key: fWorkerTimeoutMS, Value: 1}})
 	cur, err := c.coll.Find(ctx, filter, opts)
 	if err != nil {
 		return nil, fmt.Errorf("mscheduler: find claimable tasks: %w", err)
 	}
-	var out []candidate
-	if err := cur.All(ctx, &out); err != nil {
+	var raws []bson.Raw
+	if err := cur.All(ctx, &raws); err != nil {
 		return nil, fmt.Errorf("mscheduler: find claimable tasks: %w", err)
+	}
+	out := make([]candidate, 0, len(raws))
+	for _, raw := range raws {
+		if cd, ok := candidateOf(raw); ok {
+			out = append(out, cd)
+		}
 	}
 	return out, nil
 }
@@ -218,7 +276,8 @@ func (c *Consumer[P, R]) readClaims(ctx context.Context, chosen []candidate, run
 		keys[i] = cd.Key
 	}
 	filter := bson.D{{Key: fID, Value: op("$in", keys)}, {Key: holderPath(c.cfg.WorkerID, hRun), Value: op("$in", runIDs)}}
-	cur, err := c.coll.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: fRuns, Value: 0}}))
+	opts := options.Find().SetProjection(bson.D{{Key: fRuns, Value: 0}}).SetLimit(int64(len(keys))).SetBatchSize(int32(len(keys) + 1))
+	cur, err := c.coll.Find(ctx, filter, opts)
 	if err != nil {
 		return nil, fmt.Errorf("read claimed tasks: %w", err)
 	}

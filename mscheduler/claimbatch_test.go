@@ -3,6 +3,7 @@ package mscheduler_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -103,6 +104,10 @@ func TestBatchClaimsKeepSlotsAndConcurrency(t *testing.T) {
 				}, cfg)
 			}
 			ev.WaitCountWithin(t, 2*time.Minute, mscheduler.EventSucceeded, successes)
+			// A claim applied but never run would lapse into an expired run.
+			if n := ev.Count(mscheduler.EventExpired); n != 0 {
+				t.Errorf("%d runs expired", n)
+			}
 			for i, task := range tasks {
 				if got := watch.maxTask[task.Key]; got > task.Concurrency {
 					t.Errorf("%s: %d runs at once, concurrency %d", task.Key, got, task.Concurrency)
@@ -140,9 +145,9 @@ func TestBatchClaimsKeepSlotsAndConcurrency(t *testing.T) {
 	}
 }
 
-// TestBatchClaimTakesHigherPriorityFirst: with ten free slots, the ten
-// tasks of higher priority are claimed before any of the twenty others,
-// whatever their run_at.
+// TestBatchClaimTakesHigherPriorityFirst: with ten free slots, tasks of
+// higher priority (twenty, more than a batch) are claimed before any of
+// the twenty others, whatever their run_at.
 func TestBatchClaimTakesHigherPriorityFirst(t *testing.T) {
 	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)
@@ -151,7 +156,7 @@ func TestBatchClaimTakesHigherPriorityFirst(t *testing.T) {
 	for i := range 20 {
 		tasks = append(tasks, mscheduler.Task[int]{Key: fmt.Sprintf("low%02d", i), RunAt: early})
 	}
-	for i := range 10 {
+	for i := range 20 {
 		tasks = append(tasks, mscheduler.Task[int]{Key: fmt.Sprintf("high%02d", i), Priority: 5})
 	}
 	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
@@ -283,5 +288,35 @@ func TestLostBatchClaimReplyIsFound(t *testing.T) {
 	}
 	if n := ev.Count(mscheduler.EventClaimed); n != 4 {
 		t.Errorf("%d claims, want 4", n)
+	}
+}
+
+// TestBatchClaimPastAHandEditedCandidate: a claimable task whose priority
+// and worker timeout were edited into strings does not stop batch claims:
+// the good tasks beside it run, and it is set invalid, naming the field.
+func TestBatchClaimPastAHandEditedCandidate(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	var tasks []mscheduler.Task[int]
+	for i := range 6 {
+		tasks = append(tasks, mscheduler.Task[int]{Key: fmt.Sprintf("good%d", i)})
+	}
+	tasks = append(tasks, mscheduler.Task[int]{Key: "bad", Priority: 1})
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	setFields(t, coll, "bad", bson.D{{Key: "priority", Value: "high"}, {Key: "worker_timeout_ms", Value: "long"}})
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Capacity, cfg.TargetedClaims = 4, true
+	startConsumer(t, coll, func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }, cfg)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 6)
+	waitStatus(t, ev, coll, "bad", "invalid")
+	doc, err := coll.FindOne(ctxT(t), bson.D{{Key: "_id", Value: "bad"}}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reason := doc.Lookup("invalid", "reason").String(); !strings.Contains(reason, "priority") && !strings.Contains(reason, "worker_timeout_ms") {
+		t.Errorf("bad task set invalid with %s, want the field named", doc.Lookup("invalid"))
 	}
 }

@@ -118,6 +118,7 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 	}
 	c.confirmLostClaims(ctx, st)
 	// At least one claim per pass, so that sweeps never starve claims.
+	wonAny := false
 	for n := 0; n < c.cfg.Capacity && ctx.Err() == nil && (n == 0 || c.clock.Now().Before(st.sweepAt)); {
 		want := min(c.cfg.ClaimBatchMax, c.cfg.Capacity-n)
 		if !st.backlog && !c.cfg.TargetedClaims {
@@ -137,6 +138,7 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 			}
 		}
 		c.slots.Release(int64(k - started))
+		wonAny = wonAny || len(won) > 0
 		switch {
 		case err != nil:
 			c.loopError(ctx, err)
@@ -146,8 +148,12 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 			return
 		}
 	}
-	// The pass ended on its bound with tasks perhaps left: come back at once.
-	c.wake()
+	// The pass ended on its bound with tasks perhaps left: come back at
+	// once, unless it won nothing (its statements all lost their tasks to
+	// other workers): then at the next poll, not in a loop.
+	if wonAny {
+		c.wake()
+	}
 }
 
 // takeSlots takes up to k free slots and returns how many it took.
@@ -258,8 +264,9 @@ func (c *Consumer[P, R]) peekLease(ctx context.Context, st *claimState) {
 	}
 }
 
-// maxUnconfirmed bounds the lost claims looked for at once.
-const maxUnconfirmed = 16
+// maxUnconfirmed bounds the lost claims looked for at once: a lost batch
+// claim leaves one per statement.
+const maxUnconfirmed = 4 * ClaimBatchMaxDefault
 
 // findClaim looks for the task a claim with runID was applied to. Only
 // running tasks can hold it, which the claim index serves.
@@ -267,21 +274,28 @@ func (c *Consumer[P, R]) findClaim(ctx context.Context, runID string) (bson.Raw,
 	return readRaw(ctx, c.coll, bson.D{{Key: fStatus, Value: StatusRunning}, {Key: holderPath(c.cfg.WorkerID, hRun), Value: runID}})
 }
 
-// confirmLostClaims looks again for claims whose reply was lost and whose
-// first look failed too. One found is released (not run: its lease may be
-// short of lapsing), so that it counts as no failure.
+// confirmLostClaims looks again, in one query, for claims whose reply was
+// lost and whose first look failed too. One found is released (not run:
+// its lease may be short of lapsing), so that it counts as no failure.
 func (c *Consumer[P, R]) confirmLostClaims(ctx context.Context, st *claimState) {
-	left := st.unconfirmed[:0]
-	for _, runID := range st.unconfirmed {
-		raw, err := c.findClaim(ctx, runID)
-		switch {
-		case err != nil:
-			left = append(left, runID)
-		case raw != nil:
-			c.releaseLostClaim(raw, runID)
-		}
+	if len(st.unconfirmed) == 0 {
+		return
 	}
-	st.unconfirmed = left
+	filter := bson.D{{Key: fStatus, Value: StatusRunning}, {Key: holderPath(c.cfg.WorkerID, hRun), Value: op("$in", st.unconfirmed)}}
+	opts := options.Find().SetProjection(bson.D{{Key: fRuns, Value: 0}}).SetLimit(int64(len(st.unconfirmed))).SetBatchSize(int32(len(st.unconfirmed) + 1))
+	cur, err := c.coll.Find(ctx, filter, opts)
+	var found []bson.Raw
+	if err == nil {
+		err = cur.All(ctx, &found)
+	}
+	if err != nil {
+		return // looked for again at the next pass
+	}
+	st.unconfirmed = st.unconfirmed[:0]
+	for _, raw := range found {
+		runID, _ := raw.Lookup(fHolders, c.cfg.WorkerID, hRun).StringValueOK()
+		c.releaseLostClaim(raw, runID)
+	}
 }
 
 func (c *Consumer[P, R]) releaseLostClaim(raw bson.Raw, runID string) {

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 	"golang.org/x/sync/semaphore"
 )
@@ -397,7 +398,9 @@ func NewConsumer[P, R any](coll *mongo.Collection, handler Handler[P, R], cfg *C
 		return nil, err
 	}
 	con := &Consumer[P, R]{
-		coll:    coll.Clone(options.Collection().SetWriteConcern(c.WriteConcern)),
+		// Claims, run ends and pings read what they just wrote: only the
+		// primary has it for sure.
+		coll:    coll.Clone(options.Collection().SetWriteConcern(c.WriteConcern).SetReadPreference(readpref.Primary())),
 		handler: handler,
 		cfg:     c,
 		clock:   newServerClock(c.Clock, c.Monotonic, c.ClockSyncInterval),

@@ -154,6 +154,8 @@ func (b *endBatcher) flush(ctx context.Context, batch []*endRequest) {
 		// Statements refused on what their task holds. The read tells
 		// which were applied, whatever the error's indexes say (the
 		// development server reports them wrong, and stops at the first).
+	case err != nil && unwritable(err):
+		return // a refusal of the whole command: each run end meets it alone
 	case err != nil:
 		err = fmt.Errorf("mscheduler: end %d runs: %w", len(models), err)
 		for _, i := range index {
@@ -198,14 +200,18 @@ func (b *endBatcher) sortOut(ctx context.Context, batch []*endRequest, index []i
 		case raw != nil && mark == e.record.Finished.UnixMilli():
 			answer(i, nil)
 		default:
-			answer(i, errRunGone)
+			answer(i, e.goneOrApplied(ctx, b.coll)) // the mark may be gone already
 		}
 	}
 }
 
 // readByKey reads the tasks of keys with projection proj, by key.
 func readByKey(ctx context.Context, coll *mongo.Collection, keys bson.A, proj bson.D) (map[string]bson.Raw, error) {
-	cur, err := coll.Find(ctx, bson.D{{Key: fID, Value: op("$in", keys)}}, options.Find().SetProjection(proj))
+	// The whole answer in the first reply, with no getMore: a limit of the
+	// keys' number, and a batch one larger (the development server leaves
+	// a cursor open after a reply that is exactly full).
+	opts := options.Find().SetProjection(proj).SetLimit(int64(len(keys))).SetBatchSize(int32(len(keys) + 1))
+	cur, err := coll.Find(ctx, bson.D{{Key: fID, Value: op("$in", keys)}}, opts)
 	if err != nil {
 		return nil, fmt.Errorf("mscheduler: read tasks: %w", err)
 	}

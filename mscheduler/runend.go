@@ -283,11 +283,16 @@ func (e *runEnd) write(ctx context.Context, coll *mongo.Collection) error {
 
 // goneOrApplied tells, once the run no longer holds its slot, whether an
 // earlier try of this very write was applied (its reply lost or late: the
-// task then carries this end's history mark, with its finish time; a sweep
-// that expired the run would have marked its own time) or another worker
-// took the slot.
+// task then carries this end's history mark or record, with its finish
+// time; a sweep that expired the run would have written its own time) or
+// another worker took the slot.
 func (e *runEnd) goneOrApplied(ctx context.Context, coll *mongo.Collection) error {
-	filter := bson.D{{Key: fID, Value: e.key}, {Key: unloggedPath(e.record.RunID), Value: e.record.Finished}}
+	filter := bson.D{{Key: fID, Value: e.key}, {Key: "$or", Value: bson.A{
+		bson.D{{Key: unloggedPath(e.record.RunID), Value: e.record.Finished}},
+		// The mark is gone once the record is in the history (the
+		// maintenance pass writes it after a while); the kept record stays.
+		bson.D{{Key: fRuns, Value: bson.D{{Key: "$elemMatch", Value: bson.D{{Key: "run_id", Value: e.record.RunID}, {Key: "finished", Value: e.record.Finished}}}}}},
+	}}}
 	err := coll.FindOne(ctx, filter, options.FindOne().SetProjection(bson.D{{Key: fID, Value: 1}})).Err()
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
