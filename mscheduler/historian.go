@@ -12,7 +12,7 @@ import (
 // are waiting, or when the oldest has waited historyFlushEvery.
 const (
 	historyBatch      = 100
-	historyFlushEvery = 100 * time.Millisecond
+	historyFlushEvery = time.Second
 	historyQueue      = 1024
 )
 
