@@ -121,8 +121,10 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 	wonAny := false
 	for n := 0; n < c.cfg.Capacity && ctx.Err() == nil && (n == 0 || c.clock.Now().Before(st.sweepAt)); {
 		want := min(c.cfg.ClaimBatchMax, c.cfg.Capacity-n)
-		if !st.backlog && !c.cfg.TargetedClaims {
-			want = 1 // the cheapest claim when one task at a time comes
+		if (!st.backlog || want < minBatchClaim) && !c.cfg.TargetedClaims {
+			// The cheapest claim when one task at a time comes, or when
+			// too few slots are free for three commands to beat one each.
+			want = 1
 		}
 		k := c.takeSlots(want)
 		if k == 0 {
@@ -155,6 +157,10 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 		c.wake()
 	}
 }
+
+// minBatchClaim is the fewest free slots a batch claim fills: it costs
+// three commands, against one findAndModify per slot.
+const minBatchClaim = 4
 
 // takeSlots takes up to k free slots and returns how many it took.
 func (c *Consumer[P, R]) takeSlots(k int) int {

@@ -112,11 +112,11 @@ type ConsumerConfig struct {
 	// lease lapsed; the consumer also looks when the earliest lease it knows
 	// of runs out. Defaults to [SweepIntervalDefault].
 	SweepInterval time.Duration
-	// ClaimBatchMax is the most runs one claim takes. A consumer with
-	// several free slots fills them with three commands whatever their
-	// number (a query for candidates, one update with a claim statement
-	// per candidate, one read of the claims won) instead of one each; one
-	// free slot is claimed with a single findAndModify. 1 claims each run
+	// ClaimBatchMax is the most runs one claim takes. A consumer with 4
+	// or more free slots and work waiting fills them with three commands
+	// whatever their number (a query for candidates, one update with a
+	// claim statement per candidate, one read of the claims won) instead
+	// of one each; fewer free slots are claimed with a findAndModify each. 1 claims each run
 	// alone. Defaults to [ClaimBatchMaxDefault].
 	ClaimBatchMax int
 	// TargetedClaims makes every claim, even of one slot, go by the
