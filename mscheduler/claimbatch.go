@@ -79,11 +79,9 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 	}
 	runIDs := make([]string, len(chosen))
 	models := make([]mongo.WriteModel, len(chosen))
-	eligible := claimFilter(c.cfg.WorkerID, c.cfg.Groups, nil, now)
 	for i, cd := range chosen {
 		runIDs[i] = newRunID()
-		filter := append(bson.D{{Key: fID, Value: cd.Key}}, eligible...)
-		models[i] = mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(c.claimUpdate(st, runIDs[i], now))
+		models[i] = mongo.NewUpdateOneModel().SetFilter(c.claimFilterOf(cd.Key, now)).SetUpdate(c.claimUpdate(st, runIDs[i], now))
 	}
 	// As for a single claim, a stop does not interrupt the write.
 	wctx, cancel := c.writeCtx()
@@ -106,8 +104,8 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 	if werr != nil {
 		// The server may still apply statements after the read: the run
 		// ids not found are looked for again at the next pass.
-		for _, id := range notFound(runIDs, won) {
-			st.unconfirmed = appendBounded(st.unconfirmed, id)
+		for _, i := range notWon(runIDs, won) {
+			st.unconfirmed = appendBounded(st.unconfirmed, runIDs[i])
 		}
 		if len(won) == 0 {
 			return nil, false, fmt.Errorf("mscheduler: claim %d runs: %w", len(chosen), werr)
@@ -119,7 +117,11 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 		// server reports them wrong and stops at the first), so the tasks
 		// not won are claimed again one by one, where a refusal names its
 		// task.
-		won = append(won, c.claimEachAlone(ctx, st, notWon(chosen, won))...)
+		var rest []candidate
+		for _, i := range notWon(runIDs, won) {
+			rest = append(rest, chosen[i])
+		}
+		won = append(won, c.claimEachAlone(ctx, st, rest)...)
 	}
 	// A statement that matched nothing lost its task to another worker, or
 	// to a change that made it not claimable by this one: either way, not
@@ -127,20 +129,25 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 	return won, tried, nil
 }
 
-// notWon returns the candidates that no claim of won took.
-func notWon(chosen []candidate, won []claimed) []candidate {
-	taken := map[string]bool{}
+// notWon returns the indexes of the run ids that no claim of won holds.
+func notWon(runIDs []string, won []claimed) []int {
+	got := map[string]bool{}
 	for _, cl := range won {
-		key, _ := cl.raw.Lookup(fID).StringValueOK()
-		taken[key] = true
+		got[cl.runID] = true
 	}
-	var out []candidate
-	for _, cd := range chosen {
-		if !taken[cd.Key] {
-			out = append(out, cd)
+	var out []int
+	for i, id := range runIDs {
+		if !got[id] {
+			out = append(out, i)
 		}
 	}
 	return out
+}
+
+// claimFilterOf is the claim filter on the task key alone, as a statement
+// of a batch claim: every write of a claim names its task.
+func (c *Consumer[P, R]) claimFilterOf(key string, now time.Time) bson.D {
+	return append(bson.D{{Key: fID, Value: key}}, claimFilter(c.cfg.WorkerID, c.cfg.Groups, nil, now)...)
 }
 
 // claimEachAlone claims the candidates one at a time, after a batch the
@@ -167,7 +174,7 @@ func (c *Consumer[P, R]) claimAlone(st *claimState, cd candidate) ([]claimed, er
 	wctx, cancel := c.writeCtx()
 	defer cancel()
 	now, runID := c.clock.Now(), newRunID()
-	filter := append(bson.D{{Key: fID, Value: cd.Key}}, claimFilter(c.cfg.WorkerID, c.cfg.Groups, nil, now)...)
+	filter := c.claimFilterOf(cd.Key, now)
 	res, err := c.coll.UpdateOne(wctx, filter, c.claimUpdate(st, runID, now))
 	switch {
 	case err != nil && isServerRefusal(err):
@@ -185,21 +192,6 @@ func (c *Consumer[P, R]) claimAlone(st *claimState, cd candidate) ([]claimed, er
 		return nil, err
 	}
 	return found, nil
-}
-
-// notFound returns the run ids that no claim of won holds.
-func notFound(runIDs []string, won []claimed) []string {
-	got := map[string]bool{}
-	for _, cl := range won {
-		got[cl.runID] = true
-	}
-	var out []string
-	for _, id := range runIDs {
-		if !got[id] {
-			out = append(out, id)
-		}
-	}
-	return out
 }
 
 // appendBounded adds a lost claim's run id to be looked for, within
@@ -228,17 +220,10 @@ func (c *Consumer[P, R]) claimUpdate(st *claimState, runID string, now time.Time
 	}
 }
 
-// candidates reads up to limit claimable tasks in claim order, in one
-// reply (see readByKey for the batch size).
+// candidates reads up to limit claimable tasks in claim order.
 func (c *Consumer[P, R]) candidates(ctx context.Context, filter bson.D, limit int) ([]candidate, error) {
-	opts := options.Find().SetSort(claimSort).SetLimit(int64(limit)).SetBatchSize(int32(limit + 1)).
-		SetProjection(bson.D{{Key: fPriority, Value: 1}, {Key: fWorkerTimeoutMS, Value: 1}})
-	cur, err := c.coll.Find(ctx, filter, opts)
+	raws, err := findAll(ctx, c.coll, filter, claimSort, bson.D{{Key: fPriority, Value: 1}, {Key: fWorkerTimeoutMS, Value: 1}}, limit)
 	if err != nil {
-		return nil, fmt.Errorf("mscheduler: find claimable tasks: %w", err)
-	}
-	var raws []bson.Raw
-	if err := cur.All(ctx, &raws); err != nil {
 		return nil, fmt.Errorf("mscheduler: find claimable tasks: %w", err)
 	}
 	out := make([]candidate, 0, len(raws))
@@ -276,13 +261,8 @@ func (c *Consumer[P, R]) readClaims(ctx context.Context, chosen []candidate, run
 		keys[i] = cd.Key
 	}
 	filter := bson.D{{Key: fID, Value: op("$in", keys)}, {Key: holderPath(c.cfg.WorkerID, hRun), Value: op("$in", runIDs)}}
-	opts := options.Find().SetProjection(bson.D{{Key: fRuns, Value: 0}}).SetLimit(int64(len(keys))).SetBatchSize(int32(len(keys) + 1))
-	cur, err := c.coll.Find(ctx, filter, opts)
+	raws, err := findAll(ctx, c.coll, filter, nil, bson.D{{Key: fRuns, Value: 0}}, len(keys))
 	if err != nil {
-		return nil, fmt.Errorf("read claimed tasks: %w", err)
-	}
-	var raws []bson.Raw
-	if err := cur.All(ctx, &raws); err != nil {
 		return nil, fmt.Errorf("read claimed tasks: %w", err)
 	}
 	out := make([]claimed, 0, len(raws))

@@ -288,12 +288,7 @@ func (c *Consumer[P, R]) confirmLostClaims(ctx context.Context, st *claimState) 
 		return
 	}
 	filter := bson.D{{Key: fStatus, Value: StatusRunning}, {Key: holderPath(c.cfg.WorkerID, hRun), Value: op("$in", st.unconfirmed)}}
-	opts := options.Find().SetProjection(bson.D{{Key: fRuns, Value: 0}}).SetLimit(int64(len(st.unconfirmed))).SetBatchSize(int32(len(st.unconfirmed) + 1))
-	cur, err := c.coll.Find(ctx, filter, opts)
-	var found []bson.Raw
-	if err == nil {
-		err = cur.All(ctx, &found)
-	}
+	found, err := findAll(ctx, c.coll, filter, nil, bson.D{{Key: fRuns, Value: 0}}, len(st.unconfirmed))
 	if err != nil {
 		return // looked for again at the next pass
 	}

@@ -207,16 +207,8 @@ func (b *endBatcher) sortOut(ctx context.Context, batch []*endRequest, index []i
 
 // readByKey reads the tasks of keys with projection proj, by key.
 func readByKey(ctx context.Context, coll *mongo.Collection, keys bson.A, proj bson.D) (map[string]bson.Raw, error) {
-	// The whole answer in the first reply, with no getMore: a limit of the
-	// keys' number, and a batch one larger (the development server leaves
-	// a cursor open after a reply that is exactly full).
-	opts := options.Find().SetProjection(proj).SetLimit(int64(len(keys))).SetBatchSize(int32(len(keys) + 1))
-	cur, err := coll.Find(ctx, bson.D{{Key: fID, Value: op("$in", keys)}}, opts)
+	raws, err := findAll(ctx, coll, bson.D{{Key: fID, Value: op("$in", keys)}}, nil, proj, len(keys))
 	if err != nil {
-		return nil, fmt.Errorf("mscheduler: read tasks: %w", err)
-	}
-	var raws []bson.Raw
-	if err := cur.All(ctx, &raws); err != nil {
 		return nil, fmt.Errorf("mscheduler: read tasks: %w", err)
 	}
 	out := make(map[string]bson.Raw, len(raws))
@@ -226,4 +218,23 @@ func readByKey(ctx context.Context, coll *mongo.Collection, keys bson.A, proj bs
 		}
 	}
 	return out, nil
+}
+
+// findAll reads at most limit documents in one reply, with no getMore: a
+// batch one larger than the limit (the development server leaves a cursor
+// open after a reply that is exactly full).
+func findAll(ctx context.Context, coll *mongo.Collection, filter, sort, proj bson.D, limit int) ([]bson.Raw, error) {
+	opts := options.Find().SetProjection(proj).SetLimit(int64(limit)).SetBatchSize(int32(limit + 1))
+	if sort != nil {
+		opts.SetSort(sort)
+	}
+	cur, err := coll.Find(ctx, filter, opts)
+	if err != nil {
+		return nil, err
+	}
+	var raws []bson.Raw
+	if err := cur.All(ctx, &raws); err != nil {
+		return nil, err
+	}
+	return raws, nil
 }
