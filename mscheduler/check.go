@@ -41,13 +41,17 @@ func unclaimableFilter(now time.Time) bson.D {
 	}}}
 }
 
-// checkIfDue runs a check when its time has come, run by the claim loop.
+// checkIfDue runs a check when its time has come, run by the claim loop
+// of the maintenance lease holder alone: N workers cost the server one.
 func (c *Consumer[P, R]) checkIfDue(ctx context.Context, st *claimState) {
 	now := c.clock.Now()
 	if now.Before(st.checkAt) {
 		return
 	}
 	st.checkAt = now.Add(jitter(c.cfg.CheckInterval))
+	if !c.leader.Load() {
+		return
+	}
 	if err := c.check(ctx, now); err != nil {
 		c.loopError(ctx, err)
 	}

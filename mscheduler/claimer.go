@@ -39,21 +39,37 @@ func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
 	st := &claimState{}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	woken := true
 	for {
 		c.sweepIfDue(ctx, st)
-		c.checkIfDue(ctx, st)
+		c.announceIfDue(ctx, st)
 		c.maintainIfDue(ctx, st)
-		c.claimAvailable(ctx, st)
+		c.checkIfDue(ctx, st)
+		// A timer of the sweep or the maintenance alone is no reason to
+		// claim: idle, that would be a wasted claim and look each.
+		if woken || c.claimDue(st) {
+			c.claimAvailable(ctx, st)
+		}
 		wait := c.untilNextWake(st)
 		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return
 		case <-c.wakeCh:
+			woken = true
 		case <-timer.C:
+			woken = false
 		}
 		// Since Go 1.23 Reset leaves no stale tick behind, so no drain.
 	}
+}
+
+// claimDue says the poll is due, or a time when a task may have become
+// claimable has come.
+func (c *Consumer[P, R]) claimDue(st *claimState) bool {
+	now := c.clock.Now()
+	d, ok := st.due.peek()
+	return !now.Before(st.pollAt) || ok && !now.Before(d)
 }
 
 // claimState belongs to the claim loop goroutine alone.
@@ -76,6 +92,12 @@ type claimState struct {
 	// unconfirmed are claims whose reply was lost: the server may have
 	// applied them. Each is looked for until found (and released) or gone.
 	unconfirmed []string
+	// peers is how many consumers of the collection were alive at the
+	// last announce, this one included (see spreadOut); peersGone are the
+	// ones it found lapsed, for the maintenance holder to forget.
+	announceAt time.Time
+	peers      int
+	peersGone  []string
 }
 
 func (c *Consumer[P, R]) pollInterval() time.Duration {
@@ -96,7 +118,7 @@ func (c *Consumer[P, R]) untilNextWake(st *claimState) time.Duration {
 	if st.sweepAt.Before(next) {
 		next = st.sweepAt
 	}
-	next = minTime(next, st.checkAt, st.maintainAt)
+	next = minTime(next, st.checkAt, st.maintainAt, st.announceAt)
 	if d, ok := st.due.peek(); ok && d.Before(next) {
 		next = d
 	}
@@ -110,7 +132,7 @@ func (c *Consumer[P, R]) untilNextWake(st *claimState) time.Duration {
 // by a batch claim, one by a single findAndModify.
 func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 	now := c.clock.Now()
-	st.pollAt = now.Add(jitter(c.pollInterval()))
+	st.pollAt = now.Add(jitter(c.spreadOut(c.pollInterval(), st.peers)))
 	st.due.popDue(now)
 	if err := c.clock.ensure(ctx, c.coll.Database()); err != nil {
 		c.loopError(ctx, err)

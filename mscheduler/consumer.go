@@ -112,6 +112,15 @@ type ConsumerConfig struct {
 	// lease lapsed; the consumer also looks when the earliest lease it knows
 	// of runs out. Defaults to [SweepIntervalDefault].
 	SweepInterval time.Duration
+	// PollBudget is how many consumers' worth of polls and sweeps the
+	// consumers of a collection send together. With N > PollBudget of them
+	// alive, each polls and sweeps N/PollBudget times less often, so that
+	// N idle workers cost the server what PollBudget cost, and the
+	// collection is still polled PollBudget times per PollInterval. Each
+	// consumer learns N at its maintenance tries. Defaults to
+	// [PollBudgetDefault]; [NoPollBudget] has each consumer keep its own
+	// intervals.
+	PollBudget int
 	// ClaimBatchMax is the most runs one claim takes. A consumer with 4
 	// or more free slots and work waiting fills them with three commands
 	// whatever their number (a query for candidates, one update with a
@@ -184,7 +193,8 @@ type ConsumerConfig struct {
 	// indexes) and writes run history records left unwritten. Defaults to
 	// [MaintenanceIntervalDefault].
 	MaintenanceInterval time.Duration
-	// CheckInterval is how often the consumer looks for task documents that
+	// CheckInterval is how often the consumer holding the collection's
+	// maintenance lease looks for task documents that
 	// no claim can match (a missing or unknown status, a run_at that is not
 	// a date, a missing counter, ...), as hand edits leave them, and sets
 	// them invalid with the reason. Defaults to [CheckIntervalDefault].
@@ -241,6 +251,7 @@ func (c *ConsumerConfig) withDefaults() *ConsumerConfig {
 	out.PollInterval = cmp.Or(out.PollInterval, PollIntervalDefault)
 	out.ChangeStreamPollInterval = cmp.Or(out.ChangeStreamPollInterval, ChangeStreamPollIntervalDefault)
 	out.SweepInterval = cmp.Or(out.SweepInterval, SweepIntervalDefault)
+	out.PollBudget = cmp.Or(out.PollBudget, PollBudgetDefault)
 	out.ClaimBatchMax = cmp.Or(out.ClaimBatchMax, ClaimBatchMaxDefault)
 	out.PingBatchMax = cmp.Or(out.PingBatchMax, PingBatchMaxDefault)
 	out.EndBatchMax = cmp.Or(out.EndBatchMax, EndBatchMaxDefault)
@@ -296,6 +307,8 @@ func (c *ConsumerConfig) validate() error {
 		return invalid("ChangeStreamPollInterval", "must not be negative, got %s", c.ChangeStreamPollInterval)
 	case c.SweepInterval < 0:
 		return invalid("SweepInterval", "must not be negative, got %s", c.SweepInterval)
+	case c.PollBudget < 1 && c.PollBudget != NoPollBudget:
+		return invalid("PollBudget", "must be at least 1, or NoPollBudget, got %d", c.PollBudget)
 	case c.ClaimBatchMax < 1:
 		return invalid("ClaimBatchMax", "must be at least 1, got %d", c.ClaimBatchMax)
 	case c.PingBatchMax < 1:
@@ -515,7 +528,18 @@ func (c *Consumer[P, R]) stop(ctx context.Context) error {
 	c.pingCancel()
 	c.histCancel()
 	c.loops.Wait()
+	c.leave()
 	return nil
+}
+
+// leave removes this consumer from the consumers alive, so that the
+// others poll at their share again at once, not after it lapses.
+func (c *Consumer[P, R]) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.WriteTimeout, time.Second))
+	defer cancel()
+	if err := c.forgetPeers(ctx, []string{c.cfg.WorkerID}, time.Time{}); err != nil {
+		c.log.Debug("could not leave the consumers alive; the entry lapses", "error", err)
+	}
 }
 
 // awaitRuns waits up to limit for the run goroutines still going: ones

@@ -3,6 +3,7 @@ package mscheduler
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -13,8 +14,6 @@ import (
 // the query it serves.
 func indexModels() []mongo.IndexModel {
 	return []mongo.IndexModel{
-		// Publishing is idempotent by key; every fenced write selects by key.
-		{Keys: bson.D{{Key: fKey, Value: 1}}, Options: options.Index().SetName("key_unique").SetUnique(true)},
 		// The claim: status $in [pending, running], sorted by priority then run_at.
 		{Keys: bson.D{{Key: fStatus, Value: 1}, {Key: fPriority, Value: -1}, {Key: fRunAt, Value: 1}}, Options: options.Index().SetName("claim")},
 		// The next due task: status $in, run_at > now, sorted by run_at.
@@ -26,6 +25,28 @@ func indexModels() []mongo.IndexModel {
 		// The maintenance pass: tasks whose history records are not all written.
 		{Keys: bson.D{{Key: fUnlogged, Value: 1}}, Options: options.Index().SetName("unlogged")},
 	}
+}
+
+// retiredIndexes were created by earlier versions and serve no query now.
+// key_unique kept keys unique, which the _id index does (a task's _id is
+// its key); MongoDB refuses to shard a collection on a hashed _id beside
+// it, since the shard key does not prefix it.
+var retiredIndexes = []string{"key_unique"}
+
+// dropRetiredIndexes drops the retired indexes coll still has.
+func dropRetiredIndexes(ctx context.Context, coll *mongo.Collection) error {
+	names, err := coll.Indexes().ListSpecifications(ctx)
+	if err != nil {
+		return err
+	}
+	for _, spec := range names {
+		if slices.Contains(retiredIndexes, spec.Name) {
+			if err := coll.Indexes().DropOne(ctx, spec.Name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // expireIndex deletes finished tasks and run records at their expire_at,
@@ -50,13 +71,18 @@ func ensureExpireIndex(ctx context.Context, coll *mongo.Collection) (ttl bool, e
 // collection written by an older version, and creates every index the
 // library's queries need. It is idempotent and safe to call from every
 // process at start-up. A collection written by a newer version is refused
-// with a *SchemaError, and nothing is written.
+// with a *SchemaError, and nothing is written. It drops the indexes of
+// earlier versions that no query uses any more (key_unique, which stood in
+// the way of sharding the collection on a hashed _id).
 //
 // Indexes are created one per command: the development server fails a
 // createIndexes that names several existing indexes.
 func EnsureIndexes(ctx context.Context, coll *mongo.Collection) error {
 	if err := ensureSchema(ctx, coll); err != nil {
 		return err
+	}
+	if err := dropRetiredIndexes(ctx, coll); err != nil {
+		return fmt.Errorf("mscheduler: drop retired indexes of %s: %w", coll.Name(), err)
 	}
 	history := historyCollection(coll)
 	for _, c := range []struct {

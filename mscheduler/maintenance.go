@@ -53,6 +53,9 @@ func (c *Consumer[P, R]) maintainIfDue(ctx context.Context, st *claimState) {
 	}
 	if leader {
 		c.maintain(ctx, now, st)
+		if err := c.forgetPeers(ctx, st.peersGone, c.peersCutoff(now)); err != nil {
+			c.loopError(ctx, err)
+		}
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
 	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
@@ -200,8 +202,15 @@ func TestProducerConfigRefusesBadDefaults(t *testing.T) {
 	}
 }
 
+// TestEnsureIndexesIsIdempotent: EnsureIndexes creates every index the
+// queries need, again and again, and drops the one an earlier version
+// created that stands in the way of sharding.
 func TestEnsureIndexesIsIdempotent(t *testing.T) {
 	coll := mschedulertest.Collection(t)
+	retired := mongo.IndexModel{Keys: bson.D{{Key: "key", Value: 1}}, Options: options.Index().SetName("key_unique").SetUnique(true)}
+	if _, err := coll.Indexes().CreateOne(ctxT(t), retired); err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < 3; i++ {
 		if err := mscheduler.EnsureIndexes(ctxT(t), coll); err != nil {
 			t.Fatalf("call %d: %v", i+1, err)
@@ -219,9 +228,12 @@ func TestEnsureIndexesIsIdempotent(t *testing.T) {
 	for _, i := range idx {
 		names[i["name"].(string)] = true
 	}
-	for _, want := range []string{"key_unique", "claim", "due", "next_expiry", "tags"} {
+	for _, want := range []string{"claim", "due", "next_expiry", "tags"} {
 		if !names[want] {
 			t.Errorf("index %s missing; have %v", want, names)
 		}
+	}
+	if names["key_unique"] {
+		t.Errorf("retired index key_unique still there; have %v", names)
 	}
 }

@@ -25,7 +25,7 @@ func (c *Consumer[P, R]) sweepIfDue(ctx context.Context, st *claimState) {
 	if now.Before(st.sweepAt) {
 		return
 	}
-	interval := jitter(c.cfg.SweepInterval)
+	interval := jitter(c.spreadOut(c.cfg.SweepInterval, st.peers))
 	st.sweepAt = now.Add(interval)
 	next, err := c.sweep(ctx, now, st.sweepAt)
 	// The interval counts from the sweep's end: a slow sweep (a slow

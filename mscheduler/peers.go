@@ -1,0 +1,149 @@
+package mscheduler
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Idle workers poll, look for the next due task and sweep on timers, so
+// that without a change stream N of them would cost the server N times
+// what one costs while none has work. Consumers therefore announce
+// themselves in the collection's metadata ({_id: "consumers"} in
+// <name>.meta: the server time each was last seen, by worker id) every
+// maintenance interval, learn from the reply how many are alive, and with N
+// alive and PollBudget B < N each polls and sweeps N/B times less often.
+// Together they then cost what B consumers cost, and a task published by
+// another process is still found within PollInterval/B on average: the
+// collection is polled B times per PollInterval, by whoever comes first.
+
+const consumersID = "consumers"
+
+// PollBudgetDefault is the default ConsumerConfig.PollBudget.
+const PollBudgetDefault = 2
+
+// NoPollBudget, as ConsumerConfig.PollBudget, has every consumer poll and
+// sweep at its own intervals however many there are.
+const NoPollBudget = -1
+
+// peerLapse is how many maintenance intervals a consumer may go unseen
+// before it no longer counts as alive; the maintenance holder removes it.
+const peerLapse = 3
+
+// announceSoon bounds the wait for the second announce, so that workers
+// started together learn of each other soon, not a maintenance interval
+// later.
+const announceSoon = 5 * time.Second
+
+// announceIfDue announces this consumer when its time has come: at start,
+// then once more within announceSoon, then every MaintenanceInterval. Run
+// by the claim loop.
+func (c *Consumer[P, R]) announceIfDue(ctx context.Context, st *claimState) {
+	now := c.clock.Now()
+	if now.Before(st.announceAt) {
+		return
+	}
+	every := c.cfg.MaintenanceInterval
+	if st.announceAt.IsZero() {
+		every = min(every, announceSoon)
+	}
+	st.announceAt = now.Add(jitter(every))
+	peers, gone, err := c.announce(ctx, now)
+	if err != nil {
+		c.loopError(ctx, err)
+	}
+	st.peers, st.peersGone = peers, gone
+}
+
+// announce records this consumer as seen now and returns how many
+// consumers of the collection are alive (at least 1: this one). One
+// command; a metadata document edited into the wrong shape is replaced.
+func (c *Consumer[P, R]) announce(ctx context.Context, now time.Time) (int, []string, error) {
+	meta := metaCollection(c.coll)
+	filter := bson.D{{Key: fID, Value: consumersID}}
+	update := bson.D{{Key: "$set", Value: bson.D{{Key: "seen." + c.cfg.WorkerID, Value: now}}}}
+	opts := options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)
+	raw, err := meta.FindOneAndUpdate(ctx, filter, update, opts).Raw()
+	if err != nil && isServerRefusal(err) {
+		// seen is not a document: start it again. Others come back at
+		// their next announce.
+		c.log.Warn("the consumers document of the collection's metadata cannot be updated; replacing it", "error", err)
+		fresh := bson.D{{Key: "seen", Value: bson.D{{Key: c.cfg.WorkerID, Value: now}}}}
+		_, err = meta.ReplaceOne(ctx, filter, fresh, options.Replace().SetUpsert(true))
+		return 1, nil, wrapPeers(err)
+	}
+	if err != nil {
+		return 1, nil, wrapPeers(err)
+	}
+	alive, gone := countPeers(raw, c.peersCutoff(now))
+	return max(alive, 1), gone, nil
+}
+
+func wrapPeers(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("mscheduler: announce the consumer: %w", err)
+}
+
+// peersCutoff is the time since which a consumer alive at now was seen.
+func (c *Consumer[P, R]) peersCutoff(now time.Time) time.Time {
+	return now.Add(-peerLapse * c.cfg.MaintenanceInterval)
+}
+
+// countPeers counts the consumers seen since cutoff, and returns the
+// others (seen before it, or with a value that is not a date).
+func countPeers(raw bson.Raw, cutoff time.Time) (alive int, gone []string) {
+	seen, ok := raw.Lookup("seen").DocumentOK()
+	if !ok {
+		return 0, nil
+	}
+	elems, _ := seen.Elements()
+	for _, e := range elems {
+		at, ok := e.Value().TimeOK()
+		switch {
+		case ok && !at.Before(cutoff):
+			alive++
+		case ValidateWorkerID(e.Key()) == nil: // others cannot be named in an update
+			gone = append(gone, e.Key())
+		}
+	}
+	return alive, gone
+}
+
+// forgetPeers removes consumers gone from the consumers document, so
+// that it stays as small as the workers alive; with a cutoff, only if
+// none of them was seen since (one that came back stays).
+func (c *Consumer[P, R]) forgetPeers(ctx context.Context, gone []string, cutoff time.Time) error {
+	if len(gone) == 0 {
+		return nil
+	}
+	filter := bson.D{{Key: fID, Value: consumersID}}
+	unset := make(bson.D, 0, len(gone))
+	back := make(bson.A, 0, len(gone))
+	for _, id := range gone {
+		unset = append(unset, bson.E{Key: "seen." + id, Value: ""})
+		back = append(back, bson.D{{Key: "seen." + id, Value: op("$gte", cutoff)}})
+	}
+	if !cutoff.IsZero() {
+		filter = append(filter, bson.E{Key: "$nor", Value: back})
+	}
+	_, err := metaCollection(c.coll).UpdateOne(ctx, filter, bson.D{{Key: "$unset", Value: unset}})
+	if err != nil {
+		return fmt.Errorf("mscheduler: forget consumers gone: %w", err)
+	}
+	return nil
+}
+
+// spreadOut stretches an interval d by peers/PollBudget, when more than
+// PollBudget consumers are alive.
+func (c *Consumer[P, R]) spreadOut(d time.Duration, peers int) time.Duration {
+	b := c.cfg.PollBudget
+	if b == NoPollBudget || peers <= b {
+		return d
+	}
+	return d * time.Duration(peers) / time.Duration(b)
+}

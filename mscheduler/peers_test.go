@@ -1,0 +1,250 @@
+package mscheduler_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
+)
+
+// idleLog records, for one consumer's client, when it sent each idle
+// query, and how many consumers its last announce found alive.
+type idleLog struct {
+	mu      sync.Mutex
+	claims  []time.Time
+	sweeps  []time.Time
+	checks  int
+	peers   int
+	changed chan struct{} // signalled on each record
+}
+
+func newIdleLog() *idleLog { return &idleLog{changed: make(chan struct{}, 1)} }
+
+func (l *idleLog) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{
+		Started: func(_ context.Context, e *event.CommandStartedEvent) {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			switch {
+			case e.CommandName == "findAndModify" && e.Command.Lookup("query", "free").Type != 0:
+				l.claims = append(l.claims, time.Now())
+			case e.CommandName == "find" && e.Command.Lookup("filter", "next_expiry").Type != 0:
+				l.sweeps = append(l.sweeps, time.Now())
+			case e.CommandName == "find" && e.Command.Lookup("filter", "$or").Type != 0 && e.Command.Lookup("filter", "status").Type == 0:
+				l.checks++
+			}
+			l.signal()
+		},
+		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
+			if e.CommandName != "findAndModify" {
+				return
+			}
+			seen, ok := e.Reply.Lookup("value", "seen").DocumentOK()
+			if !ok {
+				return
+			}
+			elems, _ := seen.Elements()
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.peers = len(elems)
+			l.signal()
+		},
+	}
+}
+
+func (l *idleLog) signal() {
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
+}
+
+// reset forgets what was recorded, keeping the peers count.
+func (l *idleLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.claims, l.sweeps, l.checks = nil, nil, 0
+}
+
+// waitUntil waits for cond over what l recorded, on each record.
+func (l *idleLog) waitUntil(t *testing.T, what string, cond func(l *idleLog) bool) {
+	t.Helper()
+	deadline := time.After(waitTimeout)
+	for {
+		l.mu.Lock()
+		ok := cond(l)
+		l.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-l.changed:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// medianGap is the median time between consecutive times.
+func medianGap(times []time.Time) time.Duration {
+	var gaps []time.Duration
+	for i := 1; i < len(times); i++ {
+		gaps = append(gaps, times[i].Sub(times[i-1]))
+	}
+	slices.Sort(gaps)
+	return gaps[len(gaps)/2]
+}
+
+// TestIdleConsumersShareThePollBudget: eight idle consumers of one
+// collection with a PollBudget of 1 learn of each other, and each then
+// polls and sweeps eight times less often than its intervals, so that
+// together they cost the server what one consumer costs; only the
+// maintenance lease holder looks for unclaimable documents.
+func TestIdleConsumersShareThePollBudget(t *testing.T) {
+	const n, budget = 8, 1
+	const poll, sweep = 10 * time.Millisecond, 50 * time.Millisecond
+	coll := mschedulertest.Collection(t)
+	newProducer[int](t, coll, nil) // indexes
+	logs := make([]*idleLog, n)
+	consumers := make([]*mscheduler.Consumer[int, int], n)
+	for i := range n {
+		logs[i] = newIdleLog()
+		client := mschedulertest.NewClient(t, options.Client().SetMonitor(logs[i].monitor()))
+		cfg := fastConfig(fmt.Sprintf("w%d", i), mschedulertest.NewEvents())
+		cfg.PollInterval, cfg.SweepInterval, cfg.PollBudget = poll, sweep, budget
+		cfg.MaintenanceInterval, cfg.CheckInterval = time.Second, 20*time.Millisecond
+		consumers[i] = startConsumer(t, dbCollection(client, coll), func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }, cfg)
+	}
+	for i, l := range logs {
+		l.waitUntil(t, fmt.Sprintf("w%d to learn of %d consumers", i, n), func(l *idleLog) bool { return l.peers == n })
+		l.reset()
+	}
+	for i, l := range logs {
+		l.waitUntil(t, fmt.Sprintf("4 sweeps of w%d", i), func(l *idleLog) bool { return len(l.sweeps) >= 4 })
+	}
+	checkers := 0
+	for i, l := range logs {
+		l.mu.Lock()
+		claimGap, sweepGap, checks := medianGap(l.claims), medianGap(l.sweeps), l.checks
+		l.mu.Unlock()
+		// Each interval is stretched n/budget times, then jittered by
+		// ±20%; a slow server only makes gaps longer.
+		if want := 7 * poll * n / budget / 10; claimGap < want {
+			t.Errorf("w%d polled every %s (median), want at least %s", i, claimGap, want)
+		}
+		if want := 7 * sweep * n / budget / 10; sweepGap < want {
+			t.Errorf("w%d swept every %s (median), want at least %s", i, sweepGap, want)
+		}
+		if checks > 0 {
+			checkers++
+			if !consumers[i].MaintenanceLeader() {
+				t.Errorf("w%d looked for unclaimable documents %d times without holding the maintenance lease", i, checks)
+			}
+		}
+	}
+	if checkers != 1 {
+		t.Errorf("%d consumers looked for unclaimable documents, want 1 (the maintenance lease holder)", checkers)
+	}
+}
+
+// TestPollBudgetStillFindsWork: with a PollBudget of 1 among four
+// consumers that poll rarely each, a task published from another client
+// (no wake reaches them) is still claimed, by whichever polls first.
+func TestPollBudgetStillFindsWork(t *testing.T) {
+	const n = 4
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, mschedulertest.CollectionOf(t, mschedulertest.NewClient(t)), nil)
+	ev := mschedulertest.NewEvents()
+	for i := range n {
+		client := mschedulertest.NewClient(t)
+		cfg := fastConfig(fmt.Sprintf("w%d", i), ev)
+		cfg.PollInterval, cfg.PollBudget, cfg.MaintenanceInterval = 100*time.Millisecond, 1, 200*time.Millisecond
+		startConsumer(t, dbCollection(client, coll), func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }, cfg)
+	}
+	for i := range 5 {
+		if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: fmt.Sprint("k", i)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev.WaitCount(t, mscheduler.EventSucceeded, 5)
+}
+
+// TestConsumersDocumentEditedByHand: a consumers document whose seen is
+// not a document is replaced; entries gone (an old time, a value that is
+// not a time) are removed by the maintenance lease holder and recent ones
+// kept; a consumer that stops removes its own entry.
+func TestConsumersDocumentEditedByHand(t *testing.T) {
+	ctx := ctxT(t)
+	meta := func(coll *mongo.Collection) *mongo.Collection {
+		return coll.Database().Collection(coll.Name() + ".meta")
+	}
+	seenOf := func(t *testing.T, coll *mongo.Collection) bson.M {
+		t.Helper()
+		var doc struct {
+			Seen bson.M `bson:"seen"`
+		}
+		if err := meta(coll).FindOne(ctx, bson.D{{Key: "_id", Value: "consumers"}}).Decode(&doc); err != nil {
+			t.Fatalf("read the consumers document: %v", err)
+		}
+		return doc.Seen
+	}
+	handler := func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }
+
+	t.Run("seen is not a document", func(t *testing.T) {
+		coll := mschedulertest.Collection(t)
+		p := newProducer[int](t, coll, nil)
+		if _, err := meta(coll).InsertOne(ctx, bson.D{{Key: "_id", Value: "consumers"}, {Key: "seen", Value: "junk"}}); err != nil {
+			t.Fatal(err)
+		}
+		ev := mschedulertest.NewEvents()
+		startConsumer(t, coll, handler, fastConfig("w", ev))
+		if _, err := p.Publish(ctx, mscheduler.Task[int]{Key: "k"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		ev.WaitCount(t, mscheduler.EventSucceeded, 1)
+		if seen := seenOf(t, coll); len(seen) != 1 || seen["w"] == nil {
+			t.Errorf("consumers seen = %v, want only w", seen)
+		}
+		if n := ev.Count(mscheduler.EventError); n != 0 {
+			t.Errorf("%d error events, want none: %v", n, ev.Snapshot())
+		}
+	})
+
+	t.Run("gone entries", func(t *testing.T) {
+		coll := mschedulertest.Collection(t)
+		newProducer[int](t, coll, nil)
+		now := time.Now()
+		seen := bson.D{{Key: "ghost", Value: now.Add(-time.Hour)}, {Key: "odd", Value: "x"}, {Key: "fresh", Value: now.Add(time.Hour)}}
+		if _, err := meta(coll).InsertOne(ctx, bson.D{{Key: "_id", Value: "consumers"}, {Key: "seen", Value: seen}}); err != nil {
+			t.Fatal(err)
+		}
+		ev := mschedulertest.NewEvents()
+		c := startConsumer(t, coll, handler, fastConfig("w", ev))
+		want := []string{"fresh", "w"}
+		waitUntil(t, waitTimeout, fmt.Sprintf("consumers seen to be %v", want), func() bool {
+			got := seenOf(t, coll)
+			keys := make([]string, 0, len(got))
+			for k := range got {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			return slices.Equal(keys, want)
+		})
+		if err := c.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := seenOf(t, coll); got["w"] != nil {
+			t.Errorf("w still in consumers seen after its stop: %v", got)
+		}
+	})
+}
