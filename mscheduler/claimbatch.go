@@ -13,7 +13,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// A batch claim fills k free slots with three commands, whatever k:
+// A batch claim fills k free slots with three commands, whatever k (two,
+// when each claims a task of concurrency 1: see claimlocal.go):
 //  1. a query for candidate tasks, in claim order, a few more than k;
 //  2. one unordered update with a statement per chosen candidate, each
 //     the claim's own filter on that task and the claim's own update with
@@ -44,6 +45,8 @@ type candidate struct {
 	Key             string
 	Priority        int64
 	WorkerTimeoutMS int64
+	raw             bson.Raw // the task as read, without its runs
+	exact           bool     // see exactCandidate
 }
 
 // candidateOf reads a candidate; a task whose _id is not a string is not
@@ -55,7 +58,7 @@ func candidateOf(raw bson.Raw) (candidate, bool) {
 	}
 	priority, _ := raw.Lookup(fPriority).AsInt64OK()
 	timeout, _ := raw.Lookup(fWorkerTimeoutMS).AsInt64OK()
-	return candidate{Key: key, Priority: priority, WorkerTimeoutMS: timeout}, true
+	return candidate{Key: key, Priority: priority, WorkerTimeoutMS: timeout, raw: raw, exact: exactCandidate(raw)}, true
 }
 
 // claimBatch claims up to k runs. It reports the runs won, and whether
@@ -79,16 +82,27 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 	}
 	runIDs := make([]string, len(chosen))
 	models := make([]mongo.WriteModel, len(chosen))
+	exact := true
 	for i, cd := range chosen {
 		runIDs[i] = newRunID()
-		models[i] = mongo.NewUpdateOneModel().SetFilter(c.claimFilterOf(cd.Key, now)).SetUpdate(c.claimUpdate(st, runIDs[i], now))
+		filter := c.claimFilterOf(cd.Key, now)
+		if cd.exact {
+			filter = append(filter, bson.E{Key: fRev, Value: cd.raw.Lookup(fRev)})
+		}
+		exact = exact && cd.exact
+		models[i] = mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(c.claimUpdate(st, runIDs[i], now))
 	}
 	// As for a single claim, a stop does not interrupt the write.
 	wctx, cancel := c.writeCtx()
 	defer cancel()
 	sent := time.Now()
-	_, werr := c.coll.BulkWrite(wctx, models, options.BulkWrite().SetOrdered(false))
+	res, werr := c.coll.BulkWrite(wctx, models, options.BulkWrite().SetOrdered(false))
 	st.claimLatency = time.Since(sent)
+	if werr == nil && exact && res.MatchedCount == int64(len(chosen)) {
+		if won, ok := c.claimedAsRead(st, chosen, runIDs, now); ok {
+			return won, tried, nil
+		}
+	}
 	var bwe mongo.BulkWriteException
 	refused := errors.As(werr, &bwe) && bwe.WriteConcernError == nil
 	if refused {
@@ -127,6 +141,20 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 	// to a change that made it not claimable by this one: either way, not
 	// claimable now.
 	return won, tried, nil
+}
+
+// claimedAsRead builds the tasks as claimed from the candidates as read,
+// when every statement was fenced on its candidate's rev and matched.
+func (c *Consumer[P, R]) claimedAsRead(st *claimState, chosen []candidate, runIDs []string, now time.Time) ([]claimed, bool) {
+	out := make([]claimed, len(chosen))
+	for i, cd := range chosen {
+		raw, err := asClaimed(cd.raw, c.cfg.WorkerID, c.claimHolder(runIDs[i], now), now, c.claimExpiry(st, now))
+		if err != nil {
+			return nil, false
+		}
+		out[i] = claimed{raw: raw, runID: runIDs[i]}
+	}
+	return out, true
 }
 
 // notWon returns the indexes of the run ids that no claim of won holds.
@@ -208,21 +236,32 @@ func (c *Consumer[P, R]) claimUpdate(st *claimState, runID string, now time.Time
 	return bson.D{
 		{Key: "$set", Value: bson.D{
 			{Key: fStatus, Value: StatusRunning},
-			{Key: holderPath(c.cfg.WorkerID), Value: holder{Run: runID, Started: now, LeaseUntil: now.Add(claimLease)}},
+			{Key: holderPath(c.cfg.WorkerID), Value: c.claimHolder(runID, now)},
 			{Key: fUpdatedAt, Value: now},
 		}},
 		{Key: "$inc", Value: bson.D{{Key: fFree, Value: -1}, {Key: fRunning, Value: 1}, {Key: fRev, Value: 1}}},
 		// Sweeps look at the task from when its lease may lapse: the
 		// shortest worker timeout among the tasks this worker claimed last,
 		// a guess that the first ping corrects.
-		{Key: "$min", Value: bson.D{{Key: fNextExpiry, Value: now.Add(st.leases.shortest())}}},
+		{Key: "$min", Value: bson.D{{Key: fNextExpiry, Value: c.claimExpiry(st, now)}}},
 		{Key: "$unset", Value: bson.D{{Key: fInvalid, Value: ""}}}, // a repaired task's old reason
 	}
 }
 
-// candidates reads up to limit claimable tasks in claim order.
+// claimHolder is the holder entry a claim at now writes for run runID.
+func (c *Consumer[P, R]) claimHolder(runID string, now time.Time) holder {
+	return holder{Run: runID, Started: now, LeaseUntil: now.Add(claimLease)}
+}
+
+// claimExpiry is the next_expiry a claim at now lowers its task's to.
+func (c *Consumer[P, R]) claimExpiry(st *claimState, now time.Time) time.Time {
+	return now.Add(st.leases.shortest())
+}
+
+// candidates reads up to limit claimable tasks in claim order, in full
+// but for their runs.
 func (c *Consumer[P, R]) candidates(ctx context.Context, filter bson.D, limit int) ([]candidate, error) {
-	raws, err := findAll(ctx, c.coll, filter, claimSort, bson.D{{Key: fPriority, Value: 1}, {Key: fWorkerTimeoutMS, Value: 1}}, limit)
+	raws, err := findAll(ctx, c.coll, filter, claimSort, bson.D{{Key: fRuns, Value: 0}}, limit)
 	if err != nil {
 		return nil, fmt.Errorf("mscheduler: find claimable tasks: %w", err)
 	}

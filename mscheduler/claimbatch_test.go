@@ -3,6 +3,7 @@ package mscheduler_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -166,19 +167,25 @@ func TestBatchClaimTakesHigherPriorityFirst(t *testing.T) {
 	cfg := fastConfig("w", ev)
 	cfg.Capacity = 10
 	release := make(chan struct{})
-	startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return 0, nil
-	}, cfg)
+	startConsumer(t, coll, heldUntil(release), cfg)
 	t.Cleanup(func() { close(release) })
 	ev.WaitCount(t, mscheduler.EventClaimed, 10)
 	for _, e := range ev.Snapshot() {
 		if e.Kind == mscheduler.EventClaimed && e.Key[:4] != "high" {
 			t.Errorf("claimed %s while tasks of higher priority waited", e.Key)
 		}
+	}
+}
+
+// heldUntil is a handler that returns when release is sent on or closed,
+// or its run is cancelled.
+func heldUntil(release <-chan struct{}) mscheduler.Handler[int, int] {
+	return func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return 0, nil
 	}
 }
 
@@ -318,5 +325,163 @@ func TestBatchClaimPastAHandEditedCandidate(t *testing.T) {
 	}
 	if reason := doc.Lookup("invalid", "reason").String(); !strings.Contains(reason, "priority") && !strings.Contains(reason, "worker_timeout_ms") {
 		t.Errorf("bad task set invalid with %s, want the field named", doc.Lookup("invalid"))
+	}
+}
+
+// TestBatchClaimGathersFreeSlots: with work waiting, a consumer of 8
+// slots whose runs end one at a time waits for half its slots to be free
+// and claims them in one batch, instead of claiming each slot as it frees;
+// a slot that frees alone is claimed once the window has passed.
+func TestBatchClaimGathersFreeSlots(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	tasks := make([]mscheduler.Task[int], 40)
+	for i := range tasks {
+		tasks[i] = mscheduler.Task[int]{Key: fmt.Sprintf("k%02d", i)}
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	batchClaims := claimCommands()
+	var singleClaims atomic.Int64
+	client := mschedulertest.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{Started: func(ctx context.Context, e *event.CommandStartedEvent) {
+		batchClaims.started(ctx, e)
+		if e.CommandName == "findAndModify" && e.Command.Lookup("query", "free").Type != 0 {
+			singleClaims.Add(1)
+		}
+	}}))
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	// A window far longer than four run ends take: the claim waits for the
+	// slots, not for the window.
+	cfg.Capacity, cfg.ClaimBatchWindow = 8, time.Second
+	release := make(chan struct{})
+	startConsumer(t, dbCollection(client, coll), heldUntil(release), cfg)
+	t.Cleanup(func() { close(release) })
+	ev.WaitCount(t, mscheduler.EventClaimed, 8)
+	singles, before := singleClaims.Load(), len(batchClaims.snapshot())
+	for i := range 4 {
+		release <- struct{}{}
+		ev.WaitCount(t, mscheduler.EventSucceeded, i+1)
+	}
+	ev.WaitCount(t, mscheduler.EventClaimed, 12)
+	if got := singleClaims.Load() - singles; got != 0 {
+		t.Errorf("%d slots claimed alone as they freed, want none", got)
+	}
+	if got := batchClaims.snapshot()[before:]; fmt.Sprint(got) != "[4]" {
+		t.Errorf("statements of the claims after four runs ended one by one = %v, want [4]", got)
+	}
+	// One slot freed and no other: claimed once the window has passed.
+	release <- struct{}{}
+	ev.WaitCount(t, mscheduler.EventClaimed, 13)
+}
+
+// TestBatchClaimBuildsTheTaskAsClaimed: a batch claim of tasks of
+// concurrency 1, fenced on their rev, builds each task as claimed from
+// the task as read instead of reading it back; what it builds is what the
+// server holds after the claim, for a task just published, one whose
+// holders, next_expiry and invalid reason are left from earlier, and one
+// whose next_expiry is sooner than the claim's. A task of concurrency 2
+// is not built (another worker's claim may land between read and write).
+func TestBatchClaimBuildsTheTaskAsClaimed(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[map[string]any](t, coll, nil)
+	tasks := []mscheduler.Task[map[string]any]{
+		{Key: "fresh", Params: map[string]any{"n": 1, "s": "x"}, Tags: []string{"a"}},
+		{Key: "left", Params: map[string]any{"n": 2}},
+		{Key: "sooner", Params: map[string]any{"n": 3}},
+		{Key: "two", Concurrency: 2},
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	setFields(t, coll, "left", bson.D{{Key: "holders", Value: bson.D{}}, {Key: "next_expiry", Value: time.Now().Add(time.Hour)}, {Key: "invalid", Value: bson.D{{Key: "field", Value: "x"}}}})
+	setFields(t, coll, "sooner", bson.D{{Key: "next_expiry", Value: time.Now().Add(-time.Hour)}})
+	for _, key := range []string{"fresh", "left", "sooner"} {
+		server, local, exact, err := mscheduler.ClaimBothWays(ctxT(t), coll, key)
+		if err != nil || !exact {
+			t.Fatalf("%s: exact %v, %v", key, exact, err)
+		}
+		var s, l bson.M
+		if err := bson.Unmarshal(server, &s); err != nil {
+			t.Fatal(err)
+		}
+		if err := bson.Unmarshal(local, &l); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(s, l) {
+			t.Errorf("%s as claimed:\nserver %v\nbuilt  %v", key, s, l)
+		}
+	}
+	if _, _, exact, err := mscheduler.ClaimBothWays(ctxT(t), coll, "two"); err != nil || exact {
+		t.Errorf("task of concurrency 2: exact %v, %v; want not built", exact, err)
+	}
+}
+
+// TestBatchClaimOfSingleRunTasksReadsNothingBack: 16 tasks of concurrency
+// 1 claimed by one consumer of 16 slots take two commands a batch (the
+// candidates and the update), and each handler gets its task's params and
+// the run the task holds.
+func TestBatchClaimOfSingleRunTasksReadsNothingBack(t *testing.T) {
+	const n = 16
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	tasks := make([]mscheduler.Task[int], n)
+	for i := range tasks {
+		tasks[i] = mscheduler.Task[int]{Key: fmt.Sprintf("k%02d", i), Params: i}
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	var readBacks atomic.Int64
+	client := mschedulertest.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "find" && e.Command.Lookup("filter", "holders.w.run").Type != 0 {
+			readBacks.Add(1)
+		}
+	}}))
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Capacity = n
+	var mu sync.Mutex
+	got := map[string]string{} // key: params and run id as the handler saw them
+	release, entered := make(chan struct{}), make(chan struct{}, n)
+	startConsumer(t, dbCollection(client, coll), func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+		mu.Lock()
+		got[task.Key] = fmt.Sprintf("k%02d %s", task.Params, task.Run.ID)
+		mu.Unlock()
+		entered <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return 0, nil
+	}, cfg)
+	t.Cleanup(func() { close(release) })
+	for range n {
+		select {
+		case <-entered:
+		case <-ctxT(t).Done():
+			t.Fatal("timed out waiting for the handlers")
+		}
+	}
+	if r := readBacks.Load(); r != 0 {
+		t.Errorf("%d claims read back, want none", r)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range n {
+		key := fmt.Sprintf("k%02d", i)
+		var doc struct {
+			Holders map[string]struct {
+				Run string `bson:"run"`
+			} `bson:"holders"`
+		}
+		if err := coll.FindOne(ctxT(t), bson.D{{Key: "_id", Value: key}}).Decode(&doc); err != nil {
+			t.Fatal(err)
+		}
+		run := doc.Holders["w"].Run
+		if want := fmt.Sprintf("%s %s", key, run); got[key] != want {
+			t.Errorf("handler of %s saw %q, want %q (params, the run the task holds)", key, got[key], want)
+		}
 	}
 }

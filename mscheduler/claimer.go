@@ -69,7 +69,8 @@ func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
 func (c *Consumer[P, R]) claimDue(st *claimState) bool {
 	now := c.clock.Now()
 	d, ok := st.due.peek()
-	return !now.Before(st.pollAt) || ok && !now.Before(d)
+	gathered := !st.gatherUntil.IsZero() && !now.Before(st.gatherUntil)
+	return gathered || !now.Before(st.pollAt) || ok && !now.Before(d)
 }
 
 // claimState belongs to the claim loop goroutine alone.
@@ -98,6 +99,9 @@ type claimState struct {
 	announceAt time.Time
 	peers      int
 	peersGone  []string
+	// gatherUntil, when set, is when a claim held back for more free
+	// slots goes anyway (see gathering).
+	gatherUntil time.Time
 }
 
 func (c *Consumer[P, R]) pollInterval() time.Duration {
@@ -119,6 +123,9 @@ func (c *Consumer[P, R]) untilNextWake(st *claimState) time.Duration {
 		next = st.sweepAt
 	}
 	next = minTime(next, st.checkAt, st.maintainAt, st.announceAt)
+	if !st.gatherUntil.IsZero() && st.gatherUntil.Before(next) {
+		next = st.gatherUntil
+	}
 	if d, ok := st.due.peek(); ok && d.Before(next) {
 		next = d
 	}
@@ -139,6 +146,9 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 		return
 	}
 	c.confirmLostClaims(ctx, st)
+	if c.gathering(st, now) {
+		return
+	}
 	// At least one claim per pass, so that sweeps never starve claims.
 	wonAny := false
 	for n := 0; n < c.cfg.Capacity && ctx.Err() == nil && (n == 0 || c.clock.Now().Before(st.sweepAt)); {
@@ -161,7 +171,7 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 				started++
 			}
 		}
-		c.slots.Release(int64(k - started))
+		c.releaseSlots(k - started)
 		wonAny = wonAny || len(won) > 0
 		switch {
 		case err != nil:
@@ -190,7 +200,36 @@ func (c *Consumer[P, R]) takeSlots(k int) int {
 	for n < k && c.slots.TryAcquire(1) {
 		n++
 	}
+	c.held.Add(int64(n))
 	return n
+}
+
+// releaseSlots gives n slots back.
+func (c *Consumer[P, R]) releaseSlots(n int) {
+	c.held.Add(-int64(n))
+	c.slots.Release(int64(n))
+}
+
+// gathering holds a claim back, with work waiting, while fewer slots are
+// free than a batch fills (half the capacity, at most ClaimBatchMax) and
+// ClaimBatchWindow has not passed since the first was held back: runs
+// going free their slots soon, and a claim of many costs what a claim of
+// a few does.
+func (c *Consumer[P, R]) gathering(st *claimState, now time.Time) bool {
+	fill := min(c.cfg.ClaimBatchMax, c.cfg.Capacity/2)
+	free := c.cfg.Capacity - int(c.held.Load())
+	if !st.backlog || c.cfg.ClaimBatchWindow <= 0 || fill < minBatchClaim || free >= fill {
+		st.gatherUntil = time.Time{}
+		return false
+	}
+	if st.gatherUntil.IsZero() {
+		st.gatherUntil = now.Add(c.cfg.ClaimBatchWindow)
+	}
+	if now.Before(st.gatherUntil) {
+		return true
+	}
+	st.gatherUntil = time.Time{}
+	return false
 }
 
 // claimSlots claims up to k runs: alone with one findAndModify, or as a

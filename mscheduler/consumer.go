@@ -64,6 +64,7 @@ const (
 	ClaimBatchMaxDefault            = 64
 	EndBatchMaxDefault              = 64
 	EndBatchWindowDefault           = 2 * time.Millisecond
+	ClaimBatchWindowDefault         = 5 * time.Millisecond
 	ReleaseTimeoutDefault           = 5 * time.Second
 	TimeoutDefault                  = time.Hour
 	TimeoutGraceDefault             = 5 * time.Second
@@ -78,6 +79,10 @@ const (
 // run ends as soon as the previous one is written, without waiting for
 // more.
 const NoEndBatchWindow time.Duration = -1
+
+// NoClaimBatchWindow, as [ConsumerConfig.ClaimBatchWindow], claims the
+// slots free as soon as a claim is due.
+const NoClaimBatchWindow time.Duration = -1
 
 // RunsBudgetBytes bounds what the kept run records of one task may take:
 // RunsKept × (MaxResultBytes + MaxErrorBytes + 1 KiB) must fit in it, so
@@ -125,9 +130,19 @@ type ConsumerConfig struct {
 	// or more free slots and work waiting fills them with three commands
 	// whatever their number (a query for candidates, one update with a
 	// claim statement per candidate, one read of the claims won) instead
-	// of one each; fewer free slots are claimed with a findAndModify each. 1 claims each run
-	// alone. Defaults to [ClaimBatchMaxDefault].
+	// of one each (two, the read left out, when every task claimed has
+	// concurrency 1); fewer free slots are claimed with a findAndModify
+	// each. 1 claims each run alone. Defaults to [ClaimBatchMaxDefault].
 	ClaimBatchMax int
+	// ClaimBatchWindow is how long a claim waits for more free slots when
+	// work is waiting and fewer than half the capacity (at most
+	// ClaimBatchMax) are free: runs going free theirs soon, and one batch
+	// claim of many costs three commands as one of a few does. It applies
+	// only from a capacity of 8 and while the last claim found more work
+	// than it took, so a task at a time is claimed at once. Defaults to
+	// [ClaimBatchWindowDefault]; set [NoClaimBatchWindow] to claim
+	// whatever is free at once.
+	ClaimBatchWindow time.Duration
 	// TargetedClaims makes every claim, even of one slot, go by the
 	// candidate query and a write by _id, as batch claims do, instead of a
 	// findAndModify that selects its task by the claim filter. A task
@@ -253,6 +268,12 @@ func (c *ConsumerConfig) withDefaults() *ConsumerConfig {
 	out.SweepInterval = cmp.Or(out.SweepInterval, SweepIntervalDefault)
 	out.PollBudget = cmp.Or(out.PollBudget, PollBudgetDefault)
 	out.ClaimBatchMax = cmp.Or(out.ClaimBatchMax, ClaimBatchMaxDefault)
+	switch out.ClaimBatchWindow {
+	case 0:
+		out.ClaimBatchWindow = ClaimBatchWindowDefault
+	case NoClaimBatchWindow:
+		out.ClaimBatchWindow = 0
+	}
 	out.PingBatchMax = cmp.Or(out.PingBatchMax, PingBatchMaxDefault)
 	out.EndBatchMax = cmp.Or(out.EndBatchMax, EndBatchMaxDefault)
 	switch out.EndBatchWindow {
@@ -315,6 +336,8 @@ func (c *ConsumerConfig) validate() error {
 		return invalid("PingBatchMax", "must be at least 1, got %d", c.PingBatchMax)
 	case c.EndBatchMax < 1:
 		return invalid("EndBatchMax", "must be at least 1, got %d", c.EndBatchMax)
+	case c.ClaimBatchWindow < 0 || c.ClaimBatchWindow > time.Second:
+		return invalid("ClaimBatchWindow", "must be NoClaimBatchWindow or between 0 and 1s, got %s", c.ClaimBatchWindow)
 	case c.EndBatchWindow < 0 || c.EndBatchWindow > time.Second:
 		return invalid("EndBatchWindow", "must be NoEndBatchWindow or between 0 and 1s, got %s", c.EndBatchWindow)
 	case c.Timeout < 0:
@@ -355,8 +378,11 @@ type Consumer[P, R any] struct {
 	clock   *serverClock
 	log     *slog.Logger
 
-	slots   *semaphore.Weighted // one unit per run, from its claim until its end is written
-	running sync.WaitGroup      // run goroutines
+	slots *semaphore.Weighted // one unit per run, from its claim until its end is written
+	// held counts the slots taken: raised by the claim loop, lowered by
+	// it (slots given back) and by each run as its end is written.
+	held    atomic.Int64
+	running sync.WaitGroup // run goroutines
 	pinger  *pinger
 	ends    *endBatcher // nil when run ends are written alone
 	history *historian

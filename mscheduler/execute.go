@@ -35,7 +35,7 @@ func (c *Consumer[P, R]) startRun(doc *taskDoc, task *Task[P], claimLatency time
 	c.running.Add(1)
 	go func() {
 		defer c.running.Done()
-		defer c.slots.Release(1)
+		defer c.releaseSlots(1)
 		defer c.wake()
 		defer cancel(nil)
 		c.execute(ctx, r, task)

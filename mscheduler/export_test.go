@@ -1,10 +1,13 @@
 package mscheduler
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // HotQuery is one of the library's hot-path queries as an explain command.
@@ -112,4 +115,34 @@ func Inspect(raw []byte) (field, reason string) {
 		return p.field, p.reason
 	}
 	return "", ""
+}
+
+// ClaimBothWays claims one slot of the task key for worker "w" with the
+// batch claim's statement fenced on its rev, and returns the task as the
+// server left it and as the claim builds it from the task as read, both
+// without runs. exact says the task could be built at all.
+func ClaimBothWays(ctx context.Context, coll *mongo.Collection, key string) (server, local bson.Raw, exact bool, err error) {
+	noRuns := options.FindOne().SetProjection(bson.D{{Key: fRuns, Value: 0}})
+	before, err := coll.FindOne(ctx, bson.D{{Key: fID, Value: key}}, noRuns).Raw()
+	if err != nil || !exactCandidate(before) {
+		return nil, nil, false, err
+	}
+	c := &Consumer[any, any]{cfg: &ConsumerConfig{WorkerID: "w"}}
+	st := &claimState{}
+	st.leases.observe(3 * time.Second)
+	now, runID := time.Now(), newRunID()
+	filter := append(c.claimFilterOf(key, now), bson.E{Key: fRev, Value: before.Lookup(fRev)})
+	res, err := coll.UpdateOne(ctx, filter, c.claimUpdate(st, runID, now))
+	if err != nil {
+		return nil, nil, true, err
+	}
+	if res.MatchedCount != 1 {
+		return nil, nil, true, fmt.Errorf("the claim matched %d tasks", res.MatchedCount)
+	}
+	server, err = coll.FindOne(ctx, bson.D{{Key: fID, Value: key}}, noRuns).Raw()
+	if err != nil {
+		return nil, nil, true, err
+	}
+	local, err = asClaimed(before, "w", c.claimHolder(runID, now), now, c.claimExpiry(st, now))
+	return server, local, true, err
 }
