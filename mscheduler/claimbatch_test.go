@@ -177,6 +177,18 @@ func TestBatchClaimTakesHigherPriorityFirst(t *testing.T) {
 	}
 }
 
+// waitEntered waits for n handlers to say they entered.
+func waitEntered(t *testing.T, entered <-chan struct{}, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case <-entered:
+		case <-ctxT(t).Done():
+			t.Fatal("timed out waiting for the handlers")
+		}
+	}
+}
+
 // heldUntil is a handler that returns when release is sent on or closed,
 // or its run is cancelled.
 func heldUntil(release <-chan struct{}) mscheduler.Handler[int, int] {
@@ -457,13 +469,7 @@ func TestBatchClaimOfSingleRunTasksReadsNothingBack(t *testing.T) {
 		return 0, nil
 	}, cfg)
 	t.Cleanup(func() { close(release) })
-	for range n {
-		select {
-		case <-entered:
-		case <-ctxT(t).Done():
-			t.Fatal("timed out waiting for the handlers")
-		}
-	}
+	waitEntered(t, entered, n)
 	if r := readBacks.Load(); r != 0 {
 		t.Errorf("%d claims read back, want none", r)
 	}
@@ -483,5 +489,62 @@ func TestBatchClaimOfSingleRunTasksReadsNothingBack(t *testing.T) {
 		if want := fmt.Sprintf("%s %s", key, run); got[key] != want {
 			t.Errorf("handler of %s saw %q, want %q (params, the run the task holds)", key, got[key], want)
 		}
+	}
+}
+
+// TestBatchClaimSeesAnEditMadeBeforeItsWrite: a task edited after the
+// batch read it as a candidate, but before the claim's write, runs as
+// edited: its statement, fenced on the rev read, misses, and the task is
+// claimed again from what the server holds.
+func TestBatchClaimSeesAnEditMadeBeforeItsWrite(t *testing.T) {
+	const n = 8
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	tasks := make([]mscheduler.Task[int], n)
+	for i := range tasks {
+		tasks[i] = mscheduler.Task[int]{Key: fmt.Sprintf("k%d", i)}
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	edited := make(chan string, 1)
+	client := mschedulertest.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName != "update" {
+			return
+		}
+		updates, _ := e.Command.Lookup("updates").Array().Values()
+		if len(updates) < 2 || !isOne(updates[0].Document().Lookup("u", "$inc", "running")) {
+			return
+		}
+		once.Do(func() {
+			key := updates[0].Document().Lookup("q", "_id").StringValue()
+			description := "edited"
+			if err := p.Update(context.Background(), key, mscheduler.TaskUpdate{Description: &description}); err != nil {
+				t.Errorf("edit %s: %v", key, err)
+			}
+			edited <- key
+		})
+	}}))
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Capacity = n
+	var mu sync.Mutex
+	seen := map[string]string{}
+	release, entered := make(chan struct{}), make(chan struct{}, n)
+	startConsumer(t, dbCollection(client, coll), func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+		mu.Lock()
+		seen[task.Key] = task.Description
+		mu.Unlock()
+		entered <- struct{}{}
+		return heldUntil(release)(ctx, task)
+	}, cfg)
+	t.Cleanup(func() { close(release) })
+	waitEntered(t, entered, n)
+	key := <-edited
+	mu.Lock()
+	defer mu.Unlock()
+	if seen[key] != "edited" {
+		t.Errorf("%s, edited between the batch's read and its write, ran with description %q, want %q", key, seen[key], "edited")
 	}
 }

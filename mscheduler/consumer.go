@@ -563,7 +563,7 @@ func (c *Consumer[P, R]) stop(ctx context.Context) error {
 func (c *Consumer[P, R]) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.WriteTimeout, time.Second))
 	defer cancel()
-	if err := c.forgetPeers(ctx, []string{c.cfg.WorkerID}, time.Time{}); err != nil {
+	if err := c.forgetPeers(ctx, []string{c.cfg.WorkerID}, nil); err != nil {
 		c.log.Debug("could not leave the consumers alive; the entry lapses", "error", err)
 	}
 }

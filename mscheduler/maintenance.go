@@ -53,7 +53,8 @@ func (c *Consumer[P, R]) maintainIfDue(ctx context.Context, st *claimState) {
 	}
 	if leader {
 		c.maintain(ctx, now, st)
-		if err := c.forgetPeers(ctx, st.peersGone, c.peersCutoff(now)); err != nil {
+		alive := c.aliveWindow(now)
+		if err := c.forgetPeers(ctx, st.peersGone, &alive); err != nil {
 			c.loopError(ctx, err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -67,6 +68,10 @@ func (c *Consumer[P, R]) announce(ctx context.Context, now time.Time) (int, []st
 	update := bson.D{{Key: "$set", Value: bson.D{{Key: "seen." + c.cfg.WorkerID, Value: now}}}}
 	opts := options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)
 	raw, err := meta.FindOneAndUpdate(ctx, filter, update, opts).Raw()
+	if mongo.IsDuplicateKeyError(err) {
+		// Another consumer created the document first: it is there now.
+		raw, err = meta.FindOneAndUpdate(ctx, filter, update, opts).Raw()
+	}
 	if err != nil && isServerRefusal(err) {
 		// seen is not a document: start it again. Others come back at
 		// their next announce.
@@ -78,7 +83,7 @@ func (c *Consumer[P, R]) announce(ctx context.Context, now time.Time) (int, []st
 	if err != nil {
 		return 1, nil, wrapPeers(err)
 	}
-	alive, gone := countPeers(raw, c.peersCutoff(now))
+	alive, gone := countPeers(raw, c.aliveWindow(now))
 	return max(alive, 1), gone, nil
 }
 
@@ -89,14 +94,22 @@ func wrapPeers(err error) error {
 	return fmt.Errorf("mscheduler: announce the consumer: %w", err)
 }
 
-// peersCutoff is the time since which a consumer alive at now was seen.
-func (c *Consumer[P, R]) peersCutoff(now time.Time) time.Time {
-	return now.Add(-peerLapse * c.cfg.MaintenanceInterval)
+// window is a range of server times, both ends included.
+type window struct{ from, to time.Time }
+
+func (w window) holds(t time.Time) bool { return !t.Before(w.from) && !t.After(w.to) }
+
+// aliveWindow is when a consumer alive at now was last seen: within
+// peerLapse maintenance intervals, and not later than one interval ahead
+// (consumers' clocks are the server's, give or take a round trip; a time
+// further ahead was edited by hand and would count for ever).
+func (c *Consumer[P, R]) aliveWindow(now time.Time) window {
+	return window{now.Add(-peerLapse * c.cfg.MaintenanceInterval), now.Add(c.cfg.MaintenanceInterval)}
 }
 
-// countPeers counts the consumers seen since cutoff, and returns the
-// others (seen before it, or with a value that is not a date).
-func countPeers(raw bson.Raw, cutoff time.Time) (alive int, gone []string) {
+// countPeers counts the consumers seen within alive, and returns the
+// others (seen outside it, or with a value that is not a date).
+func countPeers(raw bson.Raw, alive window) (n int, gone []string) {
 	seen, ok := raw.Lookup("seen").DocumentOK()
 	if !ok {
 		return 0, nil
@@ -105,19 +118,20 @@ func countPeers(raw bson.Raw, cutoff time.Time) (alive int, gone []string) {
 	for _, e := range elems {
 		at, ok := e.Value().TimeOK()
 		switch {
-		case ok && !at.Before(cutoff):
-			alive++
+		case ok && alive.holds(at):
+			n++
 		case ValidateWorkerID(e.Key()) == nil: // others cannot be named in an update
 			gone = append(gone, e.Key())
 		}
 	}
-	return alive, gone
+	return n, gone
 }
 
 // forgetPeers removes consumers gone from the consumers document, so
-// that it stays as small as the workers alive; with a cutoff, only if
-// none of them was seen since (one that came back stays).
-func (c *Consumer[P, R]) forgetPeers(ctx context.Context, gone []string, cutoff time.Time) error {
+// that it stays as small as the workers alive; given the window when a
+// consumer alive was seen, only if none of them is in it now (one that
+// came back stays).
+func (c *Consumer[P, R]) forgetPeers(ctx context.Context, gone []string, alive *window) error {
 	if len(gone) == 0 {
 		return nil
 	}
@@ -126,9 +140,11 @@ func (c *Consumer[P, R]) forgetPeers(ctx context.Context, gone []string, cutoff 
 	back := make(bson.A, 0, len(gone))
 	for _, id := range gone {
 		unset = append(unset, bson.E{Key: "seen." + id, Value: ""})
-		back = append(back, bson.D{{Key: "seen." + id, Value: op("$gte", cutoff)}})
+		if alive != nil {
+			back = append(back, bson.D{{Key: "seen." + id, Value: bson.D{{Key: "$gte", Value: alive.from}, {Key: "$lte", Value: alive.to}}}})
+		}
 	}
-	if !cutoff.IsZero() {
+	if alive != nil {
 		filter = append(filter, bson.E{Key: "$nor", Value: back})
 	}
 	_, err := metaCollection(c.coll).UpdateOne(ctx, filter, bson.D{{Key: "$unset", Value: unset}})

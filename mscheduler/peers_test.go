@@ -180,9 +180,10 @@ func TestPollBudgetStillFindsWork(t *testing.T) {
 }
 
 // TestConsumersDocumentEditedByHand: a consumers document whose seen is
-// not a document is replaced; entries gone (an old time, a value that is
-// not a time) are removed by the maintenance lease holder and recent ones
-// kept; a consumer that stops removes its own entry.
+// not a document is replaced; entries gone (an old time, a time a day
+// ahead, a value that is not a time) are removed by the maintenance lease
+// holder and recent ones kept; a consumer that stops removes its own
+// entry.
 func TestConsumersDocumentEditedByHand(t *testing.T) {
 	ctx := ctxT(t)
 	meta := func(coll *mongo.Collection) *mongo.Collection {
@@ -224,7 +225,7 @@ func TestConsumersDocumentEditedByHand(t *testing.T) {
 		coll := mschedulertest.Collection(t)
 		newProducer[int](t, coll, nil)
 		now := time.Now()
-		seen := bson.D{{Key: "ghost", Value: now.Add(-time.Hour)}, {Key: "odd", Value: "x"}, {Key: "fresh", Value: now.Add(time.Hour)}}
+		seen := bson.D{{Key: "ghost", Value: now.Add(-time.Hour)}, {Key: "odd", Value: "x"}, {Key: "ahead", Value: now.Add(24 * time.Hour)}, {Key: "fresh", Value: now}}
 		if _, err := meta(coll).InsertOne(ctx, bson.D{{Key: "_id", Value: "consumers"}, {Key: "seen", Value: seen}}); err != nil {
 			t.Fatal(err)
 		}
