@@ -41,6 +41,9 @@ func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
 	defer timer.Stop()
 	woken := true
 	for {
+		// Measured again at once after a wall-clock step, whatever the
+		// pass does; a failure is reported by the claim below.
+		_ = c.clock.ensure(ctx, c.coll.Database())
 		c.sweepIfDue(ctx, st)
 		c.announceIfDue(ctx, st)
 		c.maintainIfDue(ctx, st)
@@ -139,9 +142,16 @@ func (c *Consumer[P, R]) untilNextWake(st *claimState) time.Duration {
 // by a batch claim, one by a single findAndModify.
 func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 	now := c.clock.Now()
-	st.pollAt = now.Add(jitter(c.spreadOut(c.pollInterval(), st.peers)))
+	poll := c.pollInterval()
+	if !st.backlog {
+		// Only an idle worker's poll is stretched: one with work waiting
+		// is woken by its own run ends, and its poll is the fallback.
+		poll = c.spreadOut(poll, st.peers)
+	}
+	st.pollAt = now.Add(jitter(poll))
 	st.due.popDue(now)
 	if err := c.clock.ensure(ctx, c.coll.Database()); err != nil {
+		st.gatherUntil = time.Time{} // else due at every pass: a loop
 		c.loopError(ctx, err)
 		return
 	}

@@ -35,8 +35,10 @@ func (c *Consumer[P, R]) startRun(doc *taskDoc, task *Task[P], claimLatency time
 	c.running.Add(1)
 	go func() {
 		defer c.running.Done()
-		defer c.releaseSlots(1)
+		// The slot is free before the wake, so that the claim loop the wake
+		// sets off finds it.
 		defer c.wake()
+		defer c.releaseSlots(1)
 		defer cancel(nil)
 		c.execute(ctx, r, task)
 	}()

@@ -2,6 +2,7 @@ package mscheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -41,13 +42,26 @@ func dropRetiredIndexes(ctx context.Context, coll *mongo.Collection) error {
 	}
 	for _, spec := range names {
 		if slices.Contains(retiredIndexes, spec.Name) {
-			if err := coll.Indexes().DropOne(ctx, spec.Name); err != nil {
+			// Another process may have dropped it meanwhile.
+			if err := coll.Indexes().DropOne(ctx, spec.Name); err != nil && !isIndexNotFound(err) {
 				return err
 			}
 		}
 	}
 	return nil
 }
+
+// isIndexNotFound reports a drop of an index (or collection) that is not
+// there.
+func isIndexNotFound(err error) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && (se.HasErrorCode(codeIndexNotFound) || se.HasErrorCode(codeNamespaceNotFound))
+}
+
+const (
+	codeNamespaceNotFound = 26
+	codeIndexNotFound     = 27
+)
 
 // expireIndex deletes finished tasks and run records at their expire_at,
 // where the server has TTL indexes; without them it serves the maintenance

@@ -3,6 +3,8 @@ package mscheduler
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -22,6 +24,22 @@ import (
 // collection is polled B times per PollInterval, by whoever comes first.
 
 const consumersID = "consumers"
+
+// consumersDocID is the document where consumers of the same groups
+// announce themselves: a consumer serving groups shares the claimable
+// tasks of those groups with its like only, so only they count as peers.
+func consumersDocID(groups []string) string {
+	if len(groups) == 0 {
+		return consumersID
+	}
+	sorted := slices.Clone(groups)
+	slices.Sort(sorted)
+	return consumersID + ":" + strings.Join(slices.Compact(sorted), ",")
+}
+
+// maxForget bounds the entries one maintenance pass removes, so that a
+// document filled by hand with entries does not make the command too big.
+const maxForget = 500
 
 // PollBudgetDefault is the default ConsumerConfig.PollBudget.
 const PollBudgetDefault = 2
@@ -64,7 +82,7 @@ func (c *Consumer[P, R]) announceIfDue(ctx context.Context, st *claimState) {
 // command; a metadata document edited into the wrong shape is replaced.
 func (c *Consumer[P, R]) announce(ctx context.Context, now time.Time) (int, []string, error) {
 	meta := metaCollection(c.coll)
-	filter := bson.D{{Key: fID, Value: consumersID}}
+	filter := bson.D{{Key: fID, Value: consumersDocID(c.cfg.Groups)}}
 	update := bson.D{{Key: "$set", Value: bson.D{{Key: "seen." + c.cfg.WorkerID, Value: now}}}}
 	opts := options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)
 	raw, err := meta.FindOneAndUpdate(ctx, filter, update, opts).Raw()
@@ -72,7 +90,7 @@ func (c *Consumer[P, R]) announce(ctx context.Context, now time.Time) (int, []st
 		// Another consumer created the document first: it is there now.
 		raw, err = meta.FindOneAndUpdate(ctx, filter, update, opts).Raw()
 	}
-	if err != nil && isServerRefusal(err) {
+	if err != nil && isServerRefusal(err) && !c.seenIsDocument(ctx, filter) {
 		// seen is not a document: start it again. Others come back at
 		// their next announce.
 		c.log.Warn("the consumers document of the collection's metadata cannot be updated; replacing it", "error", err)
@@ -85,6 +103,17 @@ func (c *Consumer[P, R]) announce(ctx context.Context, now time.Time) (int, []st
 	}
 	alive, gone := countPeers(raw, c.aliveWindow(now))
 	return max(alive, 1), gone, nil
+}
+
+// seenIsDocument says the consumers document could be read and its seen
+// is a document (or missing): a refusal was not about its shape.
+func (c *Consumer[P, R]) seenIsDocument(ctx context.Context, filter bson.D) bool {
+	raw, err := metaCollection(c.coll).FindOne(ctx, filter).Raw()
+	if err != nil {
+		return true // not known: leave it
+	}
+	t := raw.Lookup("seen").Type
+	return t == 0 || t == bson.TypeEmbeddedDocument
 }
 
 func wrapPeers(err error) error {
@@ -135,7 +164,8 @@ func (c *Consumer[P, R]) forgetPeers(ctx context.Context, gone []string, alive *
 	if len(gone) == 0 {
 		return nil
 	}
-	filter := bson.D{{Key: fID, Value: consumersID}}
+	gone = gone[:min(len(gone), maxForget)]
+	filter := bson.D{{Key: fID, Value: consumersDocID(c.cfg.Groups)}}
 	unset := make(bson.D, 0, len(gone))
 	back := make(bson.A, 0, len(gone))
 	for _, id := range gone {

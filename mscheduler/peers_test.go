@@ -249,3 +249,32 @@ func TestConsumersDocumentEditedByHand(t *testing.T) {
 		}
 	})
 }
+
+// TestConsumersOfOtherGroupsAreNotPeers: consumers count as peers only
+// those serving the same groups, since only they can claim the same
+// tasks: three without groups and one of group b announce themselves in
+// two documents.
+func TestConsumersOfOtherGroupsAreNotPeers(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	newProducer[int](t, coll, nil)
+	handler := func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }
+	for i := range 3 {
+		startConsumer(t, coll, handler, fastConfig(fmt.Sprintf("w%d", i), mschedulertest.NewEvents()))
+	}
+	cfg := fastConfig("gb", mschedulertest.NewEvents())
+	cfg.Groups = []string{"b"}
+	startConsumer(t, coll, handler, cfg)
+	meta := coll.Database().Collection(coll.Name() + ".meta")
+	count := func(id string) int {
+		var doc struct {
+			Seen bson.M `bson:"seen"`
+		}
+		if err := meta.FindOne(ctxT(t), bson.D{{Key: "_id", Value: id}}).Decode(&doc); err != nil {
+			return -1
+		}
+		return len(doc.Seen)
+	}
+	waitUntil(t, waitTimeout, "three consumers in consumers and one in consumers:b", func() bool {
+		return count("consumers") == 3 && count("consumers:b") == 1
+	})
+}
