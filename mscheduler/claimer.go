@@ -42,15 +42,20 @@ func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
 	woken := true
 	for {
 		// Measured again at once after a wall-clock step, whatever the
-		// pass does; a failure is reported by the claim below.
-		_ = c.clock.ensure(ctx, c.coll.Database())
+		// pass does. Without a measure, no claim: its lease would rest on
+		// a stale clock.
+		clockErr := c.clock.ensure(ctx, c.coll.Database())
 		c.sweepIfDue(ctx, st)
 		c.announceIfDue(ctx, st)
 		c.maintainIfDue(ctx, st)
 		c.checkIfDue(ctx, st)
 		// A timer of the sweep or the maintenance alone is no reason to
 		// claim: idle, that would be a wasted claim and look each.
-		if woken || c.claimDue(st) {
+		switch {
+		case !woken && !c.claimDue(st):
+		case clockErr != nil:
+			c.claimLater(ctx, st, clockErr)
+		default:
 			c.claimAvailable(ctx, st)
 		}
 		wait := c.untilNextWake(st)
@@ -65,6 +70,16 @@ func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
 		}
 		// Since Go 1.23 Reset leaves no stale tick behind, so no drain.
 	}
+}
+
+// claimLater puts a due claim off to the next poll, after err. What was
+// due is looked at then: left due, it would make every pass due, a loop.
+func (c *Consumer[P, R]) claimLater(ctx context.Context, st *claimState, err error) {
+	now := c.clock.Now()
+	st.pollAt = now.Add(jitter(c.pollInterval()))
+	st.due.popDue(now)
+	st.gatherUntil = time.Time{}
+	c.loopError(ctx, err)
 }
 
 // claimDue says the poll is due, or a time when a task may have become
@@ -150,11 +165,6 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 	}
 	st.pollAt = now.Add(jitter(poll))
 	st.due.popDue(now)
-	if err := c.clock.ensure(ctx, c.coll.Database()); err != nil {
-		st.gatherUntil = time.Time{} // else due at every pass: a loop
-		c.loopError(ctx, err)
-		return
-	}
 	c.confirmLostClaims(ctx, st)
 	if c.gathering(st, now) {
 		return

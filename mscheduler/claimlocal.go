@@ -43,59 +43,24 @@ func exactCandidate(raw bson.Raw) bool {
 // running and rev up by one, next_expiry lowered to nextExpiry, the old
 // invalid reason gone.
 func asClaimed(raw bson.Raw, workerID string, h holder, now, nextExpiry time.Time) (bson.Raw, error) {
-	var doc bson.D
+	var doc bson.M
 	if err := bson.Unmarshal(raw, &doc); err != nil {
 		return nil, err
 	}
-	holders := bson.D{}
-	if v, ok := field(doc, fHolders).(bson.D); ok {
-		holders = v
-	}
-	holders = setField(holders, workerID, h)
-	doc = setField(doc, fStatus, StatusRunning)
-	doc = setField(doc, fHolders, holders)
-	doc = setField(doc, fUpdatedAt, now)
-	for _, inc := range []struct {
-		name string
-		by   int32
-	}{{fFree, -1}, {fRunning, 1}, {fRev, 1}} {
-		switch v := field(doc, inc.name).(type) {
+	holders, _ := doc[fHolders].(bson.D)
+	doc[fHolders] = append(holders, bson.E{Key: workerID, Value: h})
+	doc[fStatus], doc[fUpdatedAt] = StatusRunning, now
+	for name, by := range map[string]int32{fFree: -1, fRunning: 1, fRev: 1} {
+		switch v := doc[name].(type) {
 		case int32:
-			doc = setField(doc, inc.name, v+inc.by)
+			doc[name] = v + by
 		case int64:
-			doc = setField(doc, inc.name, v+int64(inc.by))
+			doc[name] = v + int64(by)
 		}
 	}
-	if at, ok := field(doc, fNextExpiry).(bson.DateTime); !ok || nextExpiry.Before(at.Time()) {
-		doc = setField(doc, fNextExpiry, nextExpiry)
+	if at, ok := doc[fNextExpiry].(bson.DateTime); !ok || nextExpiry.Before(at.Time()) {
+		doc[fNextExpiry] = nextExpiry
 	}
-	kept := doc[:0]
-	for _, e := range doc {
-		if e.Key != fInvalid {
-			kept = append(kept, e)
-		}
-	}
-	return bson.Marshal(kept)
-}
-
-// field is the value of the top-level field name of doc, or nil.
-func field(doc bson.D, name string) any {
-	for _, e := range doc {
-		if e.Key == name {
-			return e.Value
-		}
-	}
-	return nil
-}
-
-// setField sets the top-level field name of doc, appending it if it is
-// missing, as $set does.
-func setField(doc bson.D, name string, v any) bson.D {
-	for i, e := range doc {
-		if e.Key == name {
-			doc[i].Value = v
-			return doc
-		}
-	}
-	return append(doc, bson.E{Key: name, Value: v})
+	delete(doc, fInvalid)
+	return bson.Marshal(doc)
 }
