@@ -29,8 +29,12 @@ import (
 // way finds its claims all the same.
 
 // claimSpread is how many times more candidates than free slots a batch
-// claim reads, to choose among.
-const claimSpread = 4
+// claim reads, to choose among; with more consumers alive, as many times
+// as there are, up to maxClaimSpread, so that each has a run of its own.
+const (
+	claimSpread    = 4
+	maxClaimSpread = 8
+)
 
 // claimed is a run won by a claim: the task as claimed, and the run's id.
 type claimed struct {
@@ -65,7 +69,7 @@ func candidateOf(raw bson.Raw) (candidate, bool) {
 // the candidates ran out (nothing else is claimable now).
 func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) ([]claimed, bool, error) {
 	now := c.clock.Now()
-	limit := claimSpread * k // spare, for the choice to vary between workers
+	limit := k * max(claimSpread, min(st.peers, maxClaimSpread)) // spare, for workers to choose apart
 	cands, err := c.candidates(ctx, claimFilter(c.cfg.WorkerID, c.cfg.Groups, st.skipped.keys(now), now), limit)
 	if err != nil {
 		return nil, false, err
@@ -73,7 +77,7 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 	if len(cands) == 0 {
 		return nil, true, nil
 	}
-	chosen := choose(cands, k)
+	chosen := choose(cands, k, st.peers, st.rank)
 	tried := len(chosen) == len(cands) // every claimable task had a statement
 	for _, cd := range chosen {
 		if cd.WorkerTimeoutMS > 0 {
@@ -274,11 +278,13 @@ func (c *Consumer[P, R]) candidates(ctx context.Context, filter bson.D, limit in
 	return out, nil
 }
 
-// choose picks k of the candidates: a run of k in claim order, from a
-// random place among those of the highest priority, so that workers that
-// read the same candidates at once mostly claim different tasks (a
-// statement that loses its task costs a statement, not a command).
-func choose(cands []candidate, k int) []candidate {
+// choose picks k of the candidates: a run of k in claim order among those
+// of the highest priority. Workers that read the same candidates at once
+// should claim different tasks (a statement that loses its task to
+// another worker costs a read back), so each starts at its own place:
+// spread evenly by its rank among the peers alive, or at random while it
+// knows of none.
+func choose(cands []candidate, k, peers, rank int) []candidate {
 	if len(cands) <= k {
 		return cands
 	}
@@ -287,8 +293,12 @@ func choose(cands []candidate, k int) []candidate {
 		top++
 	}
 	start := 0
-	if top > k {
-		start = rand.IntN(top - k + 1)
+	if last := top - k; last > 0 {
+		if peers > 1 && rank < peers {
+			start = rank * last / (peers - 1)
+		} else {
+			start = rand.IntN(last + 1)
+		}
 	}
 	return cands[start : start+k]
 }

@@ -116,6 +116,7 @@ type claimState struct {
 	// ones it found lapsed, for the maintenance holder to forget.
 	announceAt time.Time
 	peers      int
+	rank       int // this consumer's place among the peers (see choose)
 	peersGone  []string
 	// gatherUntil, when set, is when a claim held back for more free
 	// slots goes anyway (see gathering).
@@ -185,6 +186,7 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 		n += k
 		won, done, err := c.claimSlots(ctx, st, k)
 		st.backlog = err == nil && !done
+		c.backlog.Store(st.backlog)
 		started := 0
 		for _, cl := range won {
 			if c.admit(cl.raw, cl.runID, st) {
@@ -234,16 +236,25 @@ func (c *Consumer[P, R]) releaseSlots(n int) {
 // free than a batch fills (half the capacity, at most ClaimBatchMax) and
 // ClaimBatchWindow has not passed since the first was held back: runs
 // going free their slots soon, and a claim of many costs what a claim of
-// a few does.
+// a few does. While runs of this consumer are writing their ends it waits
+// for them too, as long as the last batch of run ends took to write (at
+// most maxEndingWait): their slots come free together as the reply comes,
+// and a claim that went on the first would split every later cycle in
+// two.
 func (c *Consumer[P, R]) gathering(st *claimState, now time.Time) bool {
 	fill := min(c.cfg.ClaimBatchMax, c.cfg.Capacity/2)
+	ending := c.ending.Load() // before held: a run lowers held first
 	free := c.cfg.Capacity - int(c.held.Load())
-	if !st.backlog || c.cfg.ClaimBatchWindow <= 0 || fill < minBatchClaim || free >= fill {
+	if !st.backlog || c.cfg.ClaimBatchWindow <= 0 || fill < minBatchClaim || free >= fill && ending == 0 {
 		st.gatherUntil = time.Time{}
 		return false
 	}
 	if st.gatherUntil.IsZero() {
-		st.gatherUntil = now.Add(c.cfg.ClaimBatchWindow)
+		wait := c.cfg.ClaimBatchWindow
+		if ending > 0 && c.ends != nil {
+			wait = max(wait, min(time.Duration(c.ends.roundTrip.Load()), maxEndingWait))
+		}
+		st.gatherUntil = now.Add(wait)
 	}
 	if now.Before(st.gatherUntil) {
 		return true
@@ -251,6 +262,9 @@ func (c *Consumer[P, R]) gathering(st *claimState, now time.Time) bool {
 	st.gatherUntil = time.Time{}
 	return false
 }
+
+// maxEndingWait bounds how long a claim waits for runs writing their ends.
+const maxEndingWait = time.Second
 
 // claimSlots claims up to k runs: alone with one findAndModify, or as a
 // batch. done says nothing else is claimable now.

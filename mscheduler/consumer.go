@@ -136,8 +136,11 @@ type ConsumerConfig struct {
 	ClaimBatchMax int
 	// ClaimBatchWindow is how long a claim waits for more free slots when
 	// work is waiting and fewer than half the capacity (at most
-	// ClaimBatchMax) are free: runs going free theirs soon, and one batch
-	// claim of many costs three commands as one of a few does. It applies
+	// ClaimBatchMax) are free, or runs of this consumer are writing their
+	// ends (then as long as the last batch of run ends took to write, if
+	// longer, up to a second): runs going free theirs soon (those of one
+	// batched end all at once), and one batch claim of many costs three
+	// commands as one of a few does. It applies
 	// only from a capacity of 8 and while the last claim found more work
 	// than it took, so a task at a time is claimed at once. Defaults to
 	// [ClaimBatchWindowDefault]; set [NoClaimBatchWindow] to claim
@@ -381,7 +384,12 @@ type Consumer[P, R any] struct {
 	slots *semaphore.Weighted // one unit per run, from its claim until its end is written
 	// held counts the slots taken: raised by the claim loop, lowered by
 	// it (slots given back) and by each run as its end is written.
-	held    atomic.Int64
+	held atomic.Int64
+	// ending counts the runs whose handler is done and whose end is being
+	// written: their slots free soon. Raised and lowered by each run.
+	ending atomic.Int64
+	// backlog is the claim loop's claimState.backlog, for the historian.
+	backlog atomic.Bool
 	running sync.WaitGroup // run goroutines
 	pinger  *pinger
 	ends    *endBatcher // nil when run ends are written alone
@@ -454,9 +462,13 @@ func NewConsumer[P, R any](coll *mongo.Collection, handler Handler[P, R], cfg *C
 	con.history = newHistorian(con.coll, c.Retention, c.WriteTimeout, con.log, func(err error) {
 		con.log.Warn("run history not written yet; the maintenance pass will", "error", err)
 		con.emit(Event{Kind: EventError, Err: err})
-	})
+	}, con.ends, con.busy)
 	return con, nil
 }
+
+// busy says runs are going, or the last claim left work waiting: either
+// way a batch of run ends is on its way.
+func (c *Consumer[P, R]) busy() bool { return c.Running() > 0 || c.backlog.Load() }
 
 // WorkerID is the id this consumer claims runs under.
 func (c *Consumer[P, R]) WorkerID() string { return c.cfg.WorkerID }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -46,6 +48,34 @@ type endBatcher struct {
 
 	queue chan *endRequest // unbuffered: a request sent is a request taken
 	done  chan struct{}    // closed when the loop has returned
+	// roundTrip is how long the last batch's write took (ns): written by
+	// the loop, read by the claim loop (see gathering).
+	roundTrip atomic.Int64
+
+	// carried are statements of others (the historian's) to send with
+	// the next batch: added by them, taken by the loop or by them again.
+	carriedMu sync.Mutex
+	carried   []mongo.WriteModel
+}
+
+// carry adds statements to send with the next batch, and says whether
+// none were waiting before. They need no answer: whoever carries them
+// takes back what is left (takeCarried) if no batch went in time.
+func (b *endBatcher) carry(models []mongo.WriteModel) (first bool) {
+	b.carriedMu.Lock()
+	defer b.carriedMu.Unlock()
+	first = len(b.carried) == 0
+	b.carried = append(b.carried, models...)
+	return first
+}
+
+// takeCarried takes the statements carried and not sent yet.
+func (b *endBatcher) takeCarried() []mongo.WriteModel {
+	b.carriedMu.Lock()
+	defer b.carriedMu.Unlock()
+	out := b.carried
+	b.carried = nil
+	return out
 }
 
 func newEndBatcher(coll *mongo.Collection, workerID string, maxBatch int, window, writeTimeout time.Duration, going func() int) *endBatcher {
@@ -140,9 +170,15 @@ func (b *endBatcher) flush(ctx context.Context, batch []*endRequest) {
 	if len(models) == 0 {
 		return
 	}
+	// Carried statements go last, so that the indexes of the run ends'
+	// are their own; they match too unless their task was deleted, and
+	// then the read sorts the run ends out as after any miss.
+	models = append(models, b.takeCarried()...)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.writeTimeout)
 	defer cancel()
+	sent := time.Now()
 	res, err := b.coll.BulkWrite(wctx, models, options.BulkWrite().SetOrdered(false))
+	b.roundTrip.Store(int64(time.Since(sent)))
 	var bwe mongo.BulkWriteException
 	switch {
 	case err == nil && res.MatchedCount == int64(len(models)):

@@ -3,6 +3,7 @@ package mscheduler_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -212,5 +213,70 @@ func TestRunEndAppliedWithItsReplyLostIsRecorded(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// markPulls records the commands that only remove history marks.
+func markPulls() *updateStatements {
+	return &updateStatements{match: func(st bson.Raw) bool {
+		u, _ := st.Lookup("u").DocumentOK()
+		elems, _ := u.Elements()
+		if len(elems) != 1 || elems[0].Key() != "$unset" {
+			return false
+		}
+		fields, _ := elems[0].Value().Document().Elements()
+		return len(fields) > 0 && strings.HasPrefix(fields[0].Key(), "unlogged.")
+	}}
+}
+
+// TestHistoryMarksRideWithRunEnds: while runs are going, the statements
+// that remove the marks of runs whose history records are written go with
+// the next batch of run ends instead of a command of their own; once no
+// run is going, they go alone.
+func TestHistoryMarksRideWithRunEnds(t *testing.T) {
+	const n = 8
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	tasks := make([]mscheduler.Task[int], n)
+	for i := range tasks {
+		tasks[i] = mscheduler.Task[int]{Key: fmt.Sprintf("k%d", i), Params: i, PingInterval: 20 * time.Second, WorkerTimeout: time.Minute}
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	ends, pulls := endCommands(), markPulls()
+	client := mschedulertest.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{
+		Started: func(ctx context.Context, e *event.CommandStartedEvent) { ends.started(ctx, e); pulls.started(ctx, e) },
+	}))
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Capacity, cfg.EndBatchWindow = n, 200*time.Millisecond
+	first, second := make(chan struct{}), make(chan struct{})
+	c := startConsumer(t, dbCollection(client, coll), func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+		if task.Params < n/2 {
+			return holdUntil(first)(ctx, task)
+		}
+		return holdUntil(second)(ctx, task)
+	}, cfg)
+	ev.WaitCount(t, mscheduler.EventClaimed, n)
+
+	close(first)
+	ev.WaitCount(t, mscheduler.EventSucceeded, n/2)
+	waitUntil(t, waitTimeout, "the first runs' mark removals to wait for the next run ends", func() bool {
+		return mscheduler.CarriedPulls(c) == n/2
+	})
+	close(second)
+	ev.WaitCount(t, mscheduler.EventSucceeded, n)
+	waitUntil(t, waitTimeout, "every mark removed", func() bool {
+		return countDocs(t, coll, bson.D{{Key: "unlogged", Value: bson.D{{Key: "$gt", Value: bson.D{}}}}}) == 0
+	})
+	if got, want := ends.snapshot(), []int{n / 2, n/2 + n/2}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("statements per run-end command = %v, want %v (the second with the first runs' mark removals)", got, want)
+	}
+	if got, want := pulls.snapshot(), []int{n / 2}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("statements per mark-removal command = %v, want %v (only the second runs', alone once no run was going)", got, want)
+	}
+	if got := countDocs(t, historyOf(coll), bson.D{}); got != n {
+		t.Errorf("%d history records, want %d", got, n)
 	}
 }

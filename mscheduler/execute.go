@@ -38,7 +38,7 @@ func (c *Consumer[P, R]) startRun(doc *taskDoc, task *Task[P], claimLatency time
 		// The slot is free before the wake, so that the claim loop the wake
 		// sets off finds it.
 		defer c.wake()
-		defer c.releaseSlots(1)
+		defer c.releaseRunSlot(r)
 		defer cancel(nil)
 		c.execute(ctx, r, task)
 	}()
@@ -78,7 +78,19 @@ func (c *Consumer[P, R]) execute(ctx context.Context, r *activeRun, task *Task[P
 		end.record.Outcome = OutcomeFailed
 		end.record.Error = c.capError(err.Error())
 	}
+	r.ending = true
+	c.ending.Add(1)
 	c.writeEnd(r, end)
+}
+
+// releaseRunSlot frees the slot of a run that is over. A run that was
+// ending stops counting as such only once its slot is free, so that a
+// claim held back for ending runs finds their slots when none are left.
+func (c *Consumer[P, R]) releaseRunSlot(r *activeRun) {
+	c.releaseSlots(1)
+	if r.ending {
+		c.ending.Add(-1)
+	}
 }
 
 // encodeResult encodes a handler's result for its run record, within

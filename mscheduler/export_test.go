@@ -146,3 +146,14 @@ func ClaimBothWays(ctx context.Context, coll *mongo.Collection, key string) (ser
 	local, err = asClaimed(before, "w", c.claimHolder(runID, now), now, c.claimExpiry(st, now))
 	return server, local, true, err
 }
+
+// CarriedPulls is how many history-mark statements wait to ride with the
+// consumer's next batch of run ends.
+func CarriedPulls[P, R any](c *Consumer[P, R]) int {
+	if c.ends == nil {
+		return 0
+	}
+	c.ends.carriedMu.Lock()
+	defer c.ends.carriedMu.Unlock()
+	return len(c.ends.carried)
+}

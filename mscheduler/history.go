@@ -75,9 +75,12 @@ func insertHistory(ctx context.Context, coll *mongo.Collection, docs []historyDo
 // pullLogged removes the marks of runs whose history record is written
 // from their tasks' unlogged maps, in one command.
 func pullLogged(ctx context.Context, coll *mongo.Collection, logged map[string][]string) error {
-	if len(logged) == 0 {
-		return nil
-	}
+	return sendPulls(ctx, coll, pullStatements(logged))
+}
+
+// pullStatements are the statements that remove the marks of logged, a
+// statement per task.
+func pullStatements(logged map[string][]string) []mongo.WriteModel {
 	models := make([]mongo.WriteModel, 0, len(logged))
 	for key, ids := range logged {
 		unset := make(bson.D, len(ids))
@@ -85,6 +88,14 @@ func pullLogged(ctx context.Context, coll *mongo.Collection, logged map[string][
 			unset[i] = bson.E{Key: unloggedPath(id), Value: ""}
 		}
 		models = append(models, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: fID, Value: key}}).SetUpdate(bson.D{{Key: "$unset", Value: unset}}))
+	}
+	return models
+}
+
+// sendPulls sends statements of pullStatements in one command.
+func sendPulls(ctx context.Context, coll *mongo.Collection, models []mongo.WriteModel) error {
+	if len(models) == 0 {
+		return nil
 	}
 	if _, err := coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
 		return fmt.Errorf("mscheduler: mark run history written: %w", err)

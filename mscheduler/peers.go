@@ -70,17 +70,24 @@ func (c *Consumer[P, R]) announceIfDue(ctx context.Context, st *claimState) {
 		every = min(every, announceSoon)
 	}
 	st.announceAt = now.Add(jitter(every))
-	peers, gone, err := c.announce(ctx, now)
+	view, err := c.announce(ctx, now)
 	if err != nil {
 		c.loopError(ctx, err)
 	}
-	st.peers, st.peersGone = peers, gone
+	st.peers, st.rank, st.peersGone = view.alive, view.rank, view.gone
 }
 
-// announce records this consumer as seen now and returns how many
-// consumers of the collection are alive (at least 1: this one). One
-// command; a metadata document edited into the wrong shape is replaced.
-func (c *Consumer[P, R]) announce(ctx context.Context, now time.Time) (int, []string, error) {
+// peerView is what an announce learns of the consumers of the collection.
+type peerView struct {
+	alive int      // consumers alive, this one included (at least 1)
+	rank  int      // how many of them have a worker id before this one's
+	gone  []string // consumers seen lapsed, or with a value not a date
+}
+
+// announce records this consumer as seen now and returns what it learns
+// of the consumers of the collection. One command; a metadata document
+// edited into the wrong shape is replaced.
+func (c *Consumer[P, R]) announce(ctx context.Context, now time.Time) (peerView, error) {
 	meta := metaCollection(c.coll)
 	filter := bson.D{{Key: fID, Value: consumersDocID(c.cfg.Groups)}}
 	update := bson.D{{Key: "$set", Value: bson.D{{Key: "seen." + c.cfg.WorkerID, Value: now}}}}
@@ -96,13 +103,14 @@ func (c *Consumer[P, R]) announce(ctx context.Context, now time.Time) (int, []st
 		c.log.Warn("the consumers document of the collection's metadata cannot be updated; replacing it", "error", err)
 		fresh := bson.D{{Key: "seen", Value: bson.D{{Key: c.cfg.WorkerID, Value: now}}}}
 		_, err = meta.ReplaceOne(ctx, filter, fresh, options.Replace().SetUpsert(true))
-		return 1, nil, wrapPeers(err)
+		return peerView{alive: 1}, wrapPeers(err)
 	}
 	if err != nil {
-		return 1, nil, wrapPeers(err)
+		return peerView{alive: 1}, wrapPeers(err)
 	}
-	alive, gone := countPeers(raw, c.aliveWindow(now))
-	return max(alive, 1), gone, nil
+	view := countPeers(raw, c.aliveWindow(now), c.cfg.WorkerID)
+	view.alive = max(view.alive, 1)
+	return view, nil
 }
 
 // seenIsDocument says the consumers document could be read and its seen
@@ -136,24 +144,28 @@ func (c *Consumer[P, R]) aliveWindow(now time.Time) window {
 	return window{now.Add(-peerLapse * c.cfg.MaintenanceInterval), now.Add(c.cfg.MaintenanceInterval)}
 }
 
-// countPeers counts the consumers seen within alive, and returns the
-// others (seen outside it, or with a value that is not a date).
-func countPeers(raw bson.Raw, alive window) (n int, gone []string) {
+// countPeers counts the consumers seen within alive, and those of them
+// before self in worker id order, and returns the others as gone (seen
+// outside it, or with a value that is not a date).
+func countPeers(raw bson.Raw, alive window, self string) (view peerView) {
 	seen, ok := raw.Lookup("seen").DocumentOK()
 	if !ok {
-		return 0, nil
+		return view
 	}
 	elems, _ := seen.Elements()
 	for _, e := range elems {
 		at, ok := e.Value().TimeOK()
 		switch {
 		case ok && alive.holds(at):
-			n++
+			view.alive++
+			if e.Key() < self {
+				view.rank++
+			}
 		case ValidateWorkerID(e.Key()) == nil: // others cannot be named in an update
-			gone = append(gone, e.Key())
+			view.gone = append(view.gone, e.Key())
 		}
 	}
-	return n, gone
+	return view
 }
 
 // forgetPeers removes consumers gone from the consumers document, so

@@ -259,14 +259,7 @@ func TestRunThatMissedARenewalIsPingedAlone(t *testing.T) {
 	cfg := fastConfig("w", ev)
 	cfg.Capacity = 3
 	release := make(chan struct{})
-	startConsumer(t, dbCollection(client, coll), func(ctx context.Context, _ *mscheduler.Task[int]) (int, error) {
-		select {
-		case <-ctx.Done():
-			return 0, context.Cause(ctx)
-		case <-release:
-			return 0, nil
-		}
-	}, cfg)
+	startConsumer(t, dbCollection(client, coll), holdUntil(release), cfg)
 	t.Cleanup(func() { close(release) })
 	ev.WaitCount(t, mscheduler.EventClaimed, 3)
 	ev.WaitCount(t, mscheduler.EventRenewed, 6)

@@ -45,6 +45,9 @@ type activeRun struct {
 	// the run's goroutine, or Stop for an abandoned run. The pinger goes on
 	// renewing a finished run until its end is written.
 	finished atomic.Bool
+	// ending says the run's goroutine is writing its end; that goroutine
+	// alone reads and writes it.
+	ending bool
 
 	// Owned by the pinger loop after add.
 	soleHolder    bool

@@ -195,14 +195,18 @@ func (e *env) taskDoc(key string, runAt, now time.Time) bson.D {
 	return doc
 }
 
-// commands counts the commands clients send, by name, once started.
+// commands counts the commands clients send, by name, once started, and
+// adds up the time each took from send to reply as the client saw it.
 type commands struct {
 	mu      sync.Mutex
 	started bool
 	counts  map[string]int64
+	times   map[string]time.Duration
 }
 
-func newCommands() *commands { return &commands{counts: map[string]int64{}} }
+func newCommands() *commands {
+	return &commands{counts: map[string]int64{}, times: map[string]time.Duration{}}
+}
 
 // start begins counting: what clients send before (connecting) is left out.
 func (c *commands) start() {
@@ -212,20 +216,32 @@ func (c *commands) start() {
 }
 
 func (c *commands) monitor() *event.CommandMonitor {
-	return &event.CommandMonitor{Started: func(_ context.Context, ev *event.CommandStartedEvent) {
-		c.mu.Lock()
-		if c.started {
-			c.counts[ev.CommandName]++
-		}
-		c.mu.Unlock()
-	}}
+	return &event.CommandMonitor{
+		Started: func(_ context.Context, ev *event.CommandStartedEvent) {
+			c.mu.Lock()
+			if c.started {
+				c.counts[ev.CommandName]++
+			}
+			c.mu.Unlock()
+		},
+		Succeeded: func(_ context.Context, ev *event.CommandSucceededEvent) { c.took(ev.CommandName, ev.Duration) },
+		Failed:    func(_ context.Context, ev *event.CommandFailedEvent) { c.took(ev.CommandName, ev.Duration) },
+	}
 }
 
-// snapshot is a copy of the counts so far.
-func (c *commands) snapshot() map[string]int64 {
+func (c *commands) took(name string, d time.Duration) {
+	c.mu.Lock()
+	if c.started {
+		c.times[name] += d
+	}
+	c.mu.Unlock()
+}
+
+// snapshot is a copy of the counts and times so far.
+func (c *commands) snapshot() (map[string]int64, map[string]time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return maps.Clone(c.counts)
+	return maps.Clone(c.counts), maps.Clone(c.times)
 }
 
 // client connects a client whose commands count into cmds.

@@ -74,7 +74,7 @@ func libraryEndToEnd(ctx context.Context, e *env, workers, round int) (runStats,
 	err = done.wait(ctx, e.cfg.Stall)
 	st.Drain = time.Since(drainStart)
 	st.CPU = cpuSince(cpu0, cpuOK)
-	st.Commands = cmds.snapshot()
+	st.Commands, st.Times = cmds.snapshot()
 	st.Succeeded = done.count()
 	st.Problems = int(problems.Load())
 	if err != nil {

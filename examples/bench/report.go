@@ -55,6 +55,7 @@ type runStats struct {
 	Drain     time.Duration // from the consumers' start to the last success
 	CPU       time.Duration // user+system of this process over both; -1 unknown
 	Commands  map[string]int64
+	Times     map[string]time.Duration // round trips by command name, summed
 }
 
 // add is the sum of two runs.
@@ -62,7 +63,7 @@ func (s runStats) add(t runStats) runStats {
 	out := runStats{
 		Tasks: s.Tasks + t.Tasks, Succeeded: s.Succeeded + t.Succeeded, Problems: s.Problems + t.Problems,
 		Publish: s.Publish + t.Publish, Drain: s.Drain + t.Drain, CPU: s.CPU + t.CPU,
-		Commands: maps.Clone(s.Commands),
+		Commands: maps.Clone(s.Commands), Times: maps.Clone(s.Times),
 	}
 	if s.CPU < 0 || t.CPU < 0 {
 		out.CPU = -1
@@ -72,6 +73,12 @@ func (s runStats) add(t runStats) runStats {
 	}
 	for name, n := range t.Commands {
 		out.Commands[name] += n
+	}
+	if out.Times == nil {
+		out.Times = map[string]time.Duration{}
+	}
+	for name, d := range t.Times {
+		out.Times[name] += d
 	}
 	return out
 }
@@ -272,7 +279,7 @@ func (r *report) memorySection() section {
 }
 
 // printCommandNames prints commands per task by name, library and raw, for
-// each consumer count.
+// each consumer count, then the round-trip time they took per task.
 func (r *report) printCommandNames(w io.Writer) {
 	names := map[string]bool{}
 	for _, x := range r.EndToEnd {
@@ -283,7 +290,17 @@ func (r *report) printCommandNames(w io.Writer) {
 			names[n] = true
 		}
 	}
-	fmt.Fprintf(w, "\n  commands per task by name\n  %-20s", "")
+	r.printByName(w, "commands per task by name", names, func(s runStats, n string) string {
+		return fmt.Sprintf("%.3f", perTask(s, n))
+	})
+	r.printByName(w, "round-trip ms per task by name (as the client saw it: includes waiting for the server)", names,
+		func(s runStats, n string) string {
+			return fmt.Sprintf("%.2f", float64(s.Times[n])/float64(time.Millisecond)/float64(s.Succeeded))
+		})
+}
+
+func (r *report) printByName(w io.Writer, title string, names map[string]bool, cell func(runStats, string) string) {
+	fmt.Fprintf(w, "\n  %s\n  %-20s", title, "")
 	for _, x := range r.EndToEnd {
 		fmt.Fprintf(w, " %8s %8s", fmt.Sprintf("lib W=%d", x.Workers), fmt.Sprintf("raw W=%d", x.Workers))
 	}
@@ -291,7 +308,7 @@ func (r *report) printCommandNames(w io.Writer) {
 	for _, n := range slices.Sorted(maps.Keys(names)) {
 		fmt.Fprintf(w, "    %-18s", n)
 		for _, x := range r.EndToEnd {
-			fmt.Fprintf(w, " %8.3f %8.3f", perTask(x.Library, n), perTask(x.Raw, n))
+			fmt.Fprintf(w, " %8s %8s", cell(x.Library, n), cell(x.Raw, n))
 		}
 		fmt.Fprintln(w)
 	}
