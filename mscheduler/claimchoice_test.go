@@ -114,32 +114,3 @@ func TestGatheringWaitsForEndingRuns(t *testing.T) {
 		t.Fatal("held back with no work waiting")
 	}
 }
-
-// TestGatheringWaitsAsLongAsAnEndWrite: for runs writing their ends, a
-// claim waits as long as the last batch of run ends took to write, when
-// that is longer than the window, but never more than maxEndingWait; for
-// free slots alone it waits the window.
-func TestGatheringWaitsAsLongAsAnEndWrite(t *testing.T) {
-	c := &Consumer[int, int]{cfg: &ConsumerConfig{Capacity: 16, ClaimBatchMax: 64, ClaimBatchWindow: 5 * time.Millisecond}, ends: &endBatcher{}}
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	heldUntil := func(st *claimState) time.Duration {
-		t.Helper()
-		if !c.gathering(st, now) {
-			t.Fatal("not held back")
-		}
-		return st.gatherUntil.Sub(now)
-	}
-	c.held.Store(10) // 6 free, fewer than 8
-	c.ends.roundTrip.Store(int64(50 * time.Millisecond))
-	if got := heldUntil(&claimState{backlog: true}); got != 5*time.Millisecond {
-		t.Errorf("no run ending: held back for %s, want the window", got)
-	}
-	c.ending.Store(3)
-	if got := heldUntil(&claimState{backlog: true}); got != 50*time.Millisecond {
-		t.Errorf("runs ending: held back for %s, want the last end write's 50ms", got)
-	}
-	c.ends.roundTrip.Store(int64(time.Minute))
-	if got := heldUntil(&claimState{backlog: true}); got != maxEndingWait {
-		t.Errorf("runs ending after a minute-long end write: held back for %s, want %s", got, maxEndingWait)
-	}
-}

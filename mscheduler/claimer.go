@@ -233,14 +233,11 @@ func (c *Consumer[P, R]) releaseSlots(n int) {
 }
 
 // gathering holds a claim back, with work waiting, while fewer slots are
-// free than a batch fills (half the capacity, at most ClaimBatchMax) and
-// ClaimBatchWindow has not passed since the first was held back: runs
-// going free their slots soon, and a claim of many costs what a claim of
-// a few does. While runs of this consumer are writing their ends it waits
-// for them too, as long as the last batch of run ends took to write (at
-// most maxEndingWait): their slots come free together as the reply comes,
-// and a claim that went on the first would split every later cycle in
-// two.
+// free than a batch fills (half the capacity, at most ClaimBatchMax), or
+// while runs of this consumer are writing their ends, and ClaimBatchWindow
+// has not passed since the first was held back: runs going free their
+// slots soon (the runs of one end batch all at once, as its reply comes),
+// and a claim of many costs what a claim of a few does.
 func (c *Consumer[P, R]) gathering(st *claimState, now time.Time) bool {
 	fill := min(c.cfg.ClaimBatchMax, c.cfg.Capacity/2)
 	ending := c.ending.Load() // before held: a run lowers held first
@@ -250,11 +247,7 @@ func (c *Consumer[P, R]) gathering(st *claimState, now time.Time) bool {
 		return false
 	}
 	if st.gatherUntil.IsZero() {
-		wait := c.cfg.ClaimBatchWindow
-		if ending > 0 && c.ends != nil {
-			wait = max(wait, min(time.Duration(c.ends.roundTrip.Load()), maxEndingWait))
-		}
-		st.gatherUntil = now.Add(wait)
+		st.gatherUntil = now.Add(c.cfg.ClaimBatchWindow)
 	}
 	if now.Before(st.gatherUntil) {
 		return true
@@ -262,9 +255,6 @@ func (c *Consumer[P, R]) gathering(st *claimState, now time.Time) bool {
 	st.gatherUntil = time.Time{}
 	return false
 }
-
-// maxEndingWait bounds how long a claim waits for runs writing their ends.
-const maxEndingWait = time.Second
 
 // claimSlots claims up to k runs: alone with one findAndModify, or as a
 // batch. done says nothing else is claimable now.

@@ -137,10 +137,9 @@ type ConsumerConfig struct {
 	// ClaimBatchWindow is how long a claim waits for more free slots when
 	// work is waiting and fewer than half the capacity (at most
 	// ClaimBatchMax) are free, or runs of this consumer are writing their
-	// ends (then as long as the last batch of run ends took to write, if
-	// longer, up to a second): runs going free theirs soon (those of one
-	// batched end all at once), and one batch claim of many costs three
-	// commands as one of a few does. It applies
+	// ends: runs going free theirs soon (those of one batched end all at
+	// once), and one batch claim of many costs three commands as one of a
+	// few does. It applies
 	// only from a capacity of 8 and while the last claim found more work
 	// than it took, so a task at a time is claimed at once. Defaults to
 	// [ClaimBatchWindowDefault]; set [NoClaimBatchWindow] to claim

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -48,9 +47,6 @@ type endBatcher struct {
 
 	queue chan *endRequest // unbuffered: a request sent is a request taken
 	done  chan struct{}    // closed when the loop has returned
-	// roundTrip is how long the last batch's write took (ns): written by
-	// the loop, read by the claim loop (see gathering).
-	roundTrip atomic.Int64
 
 	// carried are statements of others (the historian's) to send with
 	// the next batch: added by them, taken by the loop or by them again.
@@ -176,9 +172,7 @@ func (b *endBatcher) flush(ctx context.Context, batch []*endRequest) {
 	models = append(models, b.takeCarried()...)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.writeTimeout)
 	defer cancel()
-	sent := time.Now()
 	res, err := b.coll.BulkWrite(wctx, models, options.BulkWrite().SetOrdered(false))
-	b.roundTrip.Store(int64(time.Since(sent)))
 	var bwe mongo.BulkWriteException
 	switch {
 	case err == nil && res.MatchedCount == int64(len(models)):
