@@ -136,6 +136,9 @@ func (e *events) serve(w http.ResponseWriter, r *http.Request) {
 	// opening (live.js), and no change after that is missed.
 	changes, leave := e.hub.subscribe()
 	defer leave()
+	// Before the page sees a reply: a Shutdown begun after that runs the
+	// hooks registered by then, this one's included.
+	shutdown := e.closing(r)
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -159,7 +162,6 @@ func (e *events) serve(w http.ResponseWriter, r *http.Request) {
 	defer heartbeat.Stop()
 	in := changes               // nil during a coalescing window, when changes wait in the channel
 	var window <-chan time.Time // ends the coalescing window
-	shutdown := e.closing(r)
 	for {
 		select {
 		case <-r.Context().Done():
