@@ -3,6 +3,7 @@ package mscheduler
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -14,6 +15,7 @@ import (
 type HotQuery struct {
 	Name    string
 	Explain bson.D // the command to wrap in {explain: ...}
+	InOrder bool   // sorted, and the index gives the order: no sort in memory
 }
 
 // HotQueries returns the queries a worker sends for every task, built by the
@@ -22,9 +24,18 @@ func HotQueries(coll string, now time.Time) []HotQuery {
 	const worker, key, run = "w1", "k1", "r1"
 	claim := claimFilter(worker, []string{"g"}, nil, now)
 	end := (&runEnd{fence: fence(key, worker, run), record: runRecord{Outcome: OutcomeSucceeded}, runsKept: 20, now: now}).cases()[0]
-	return []HotQuery{
+	list := []struct {
+		name string
+		cmd  bson.D
+	}{
 		{"claim (findAndModify)", bson.D{{Key: "findAndModify", Value: coll}, {Key: "query", Value: claim}, {Key: "sort", Value: claimSort},
 			{Key: "update", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: fRunning, Value: 1}}}}}}},
+		{"claim candidates (find)", bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: claim}, {Key: "sort", Value: claimSort},
+			{Key: "projection", Value: bson.D{{Key: fRuns, Value: 0}}}, {Key: "limit", Value: 64}}},
+		{"claims read back (find)", bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{
+			{Key: fID, Value: op("$in", bson.A{key, "k2"})},
+			{Key: holderPath(worker, hRun), Value: op("$in", bson.A{run, "r2"})},
+		}}}},
 		{"next due task (find)", bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: futureFilter(worker, nil, nil, now)},
 			{Key: "sort", Value: bson.D{{Key: fRunAt, Value: 1}}}, {Key: "limit", Value: 1}}},
 		{"sweep (find)", bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: fNextExpiry, Value: op("$lte", now)}}},
@@ -44,6 +55,12 @@ func HotQueries(coll string, now time.Time) []HotQuery {
 			bson.D{{Key: "q", Value: leaseFence(key, worker, run, now)}, {Key: "u", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}}}}},
 		}}}},
 	}
+	qs := make([]HotQuery, len(list))
+	for i, q := range list {
+		// Both claims are served in claim order by the claim index.
+		qs[i] = HotQuery{Name: q.name, Explain: q.cmd, InOrder: strings.HasPrefix(q.name, "claim ")}
+	}
+	return qs
 }
 
 // BuildTaskDoc validates and builds the stored form of a task as Publish

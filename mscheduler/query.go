@@ -27,7 +27,11 @@ func eligibleFilter(workerID string, groups []string, exclude []string) bson.D {
 		groupClause = append(groupClause, op(fGroup, op("$in", groups)))
 	}
 	f := bson.D{
-		{Key: fStatus, Value: op("$in", claimableStatuses)},
+		// $ne is implied by $in. It is there for storages that push down
+		// equalities only (FerretDB on PostgreSQL: $eq and $ne), which then
+		// skip the succeeded tasks, most of a collection, before reading
+		// any. On MongoDB the two bounds intersect on the claim index.
+		{Key: fStatus, Value: bson.D{{Key: "$in", Value: claimableStatuses}, {Key: "$ne", Value: StatusSucceeded}}},
 		{Key: fFree, Value: op("$gt", 0)},
 		{Key: holderPath(workerID), Value: op("$exists", false)},
 		{Key: fDoneBy, Value: op("$ne", workerID)},

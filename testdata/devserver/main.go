@@ -35,6 +35,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -197,7 +198,11 @@ func newFerretDB(cfg config, logger *slog.Logger) (*ferretdb.FerretDB, error) {
 			return nil, fmt.Errorf("data directory: %w", err)
 		}
 
-		fc.PostgreSQLURL = cfg.postgreSQLURL
+		u, err := withPoolDefaults(cfg.postgreSQLURL)
+		if err != nil {
+			return nil, err
+		}
+		fc.PostgreSQLURL = u
 	}
 
 	db, err := ferretdb.New(fc)
@@ -238,3 +243,29 @@ func waitReady(ctx context.Context, addr string) error {
 		}
 	}
 }
+
+// withPoolDefaults sizes FerretDB's PostgreSQL pool for batches, unless the URL sizes it. FerretDB
+// 1.24 keeps each statement of an update command reading from its own pool connection until the
+// command ends, so a command of more statements than the pool has connections (50 by default)
+// waits forever for one, and behind the front every other command waits with it. Idle
+// connections are closed soon, so that several servers on one PostgreSQL stay within its
+// max_connections.
+func withPoolDefaults(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("-postgresql-url: %w", err)
+	}
+	q := u.Query()
+	if !q.Has("pool_max_conns") {
+		q.Set("pool_max_conns", strconv.Itoa(postgreSQLPoolSize))
+	}
+	if !q.Has("pool_max_conn_idle_time") {
+		q.Set("pool_max_conn_idle_time", "10s")
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// postgreSQLPoolSize bounds the statements of one update command on PostgreSQL storage: more
+// than a consumer's batches hold (ClaimBatchMax is 64; a ping batch has a statement per run).
+const postgreSQLPoolSize = 250
