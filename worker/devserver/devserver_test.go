@@ -26,6 +26,14 @@ import (
 // startTimeout covers the first build of the server (FerretDB modules are downloaded then).
 const startTimeout = 15 * time.Minute
 
+// testDB names a database of the test's own. With PostgreSQL storage
+// (MSCHEDULER_DEV_POSTGRESQL_URL) the data outlives the server, and the servers of parallel
+// tests share one PostgreSQL, where FerretDB 1.24 fails to create one database from two servers
+// at once: fixed names would see the last run's documents, or race.
+func testDB(t *testing.T) string {
+	return fmt.Sprintf("devserver_%s_%d", strings.ToLower(t.Name()), time.Now().UnixNano()%1e9)
+}
+
 // startServer starts a server that is stopped when the test ends.
 func startServer(t *testing.T, opts devserver.Options) *devserver.Server {
 	t.Helper()
@@ -83,7 +91,7 @@ func TestStartStop(t *testing.T) {
 		t.Errorf("Addr() = %q, want 127.0.0.1 and a real port", s.Addr())
 	}
 
-	coll := connect(t, s.URI()).Database("devserver_test").Collection("start_stop")
+	coll := connect(t, s.URI()).Database(testDB(t)).Collection("start_stop")
 
 	ctx := t.Context()
 	if _, err := coll.InsertOne(ctx, bson.D{{Key: "name", Value: "a"}, {Key: "n", Value: 42}}); err != nil {
@@ -130,7 +138,8 @@ func TestClaimsAreAtomic(t *testing.T) {
 	s := startServer(t, devserver.Options{})
 	ctx := t.Context()
 
-	coll := connect(t, s.URI()).Database("devserver_test").Collection("claims")
+	db := testDB(t)
+	coll := connect(t, s.URI()).Database(db).Collection("claims")
 	ready := make([]any, docs)
 	for i := range ready {
 		ready[i] = bson.D{{Key: "n", Value: i}, {Key: "state", Value: "ready"}}
@@ -142,7 +151,7 @@ func TestClaimsAreAtomic(t *testing.T) {
 	// One client per worker, so the claims travel on separate connections.
 	colls := make([]*mongo.Collection, workers)
 	for w := range colls {
-		colls[w] = connect(t, s.URI()).Database("devserver_test").Collection("claims")
+		colls[w] = connect(t, s.URI()).Database(db).Collection("claims")
 	}
 
 	claims := make([][]int, workers)
@@ -262,7 +271,8 @@ func TestKillRestart(t *testing.T) {
 		t.Errorf("Dir() = %q, want %q", first.Dir(), dir)
 	}
 
-	coll := connect(t, first.URI()).Database("devserver_test").Collection("restart")
+	db := testDB(t)
+	coll := connect(t, first.URI()).Database(db).Collection("restart")
 	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "kept"}, {Key: "n", Value: 7}}); err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +289,7 @@ func TestKillRestart(t *testing.T) {
 		t.Errorf("restarted on %s, want %s", second.Addr(), first.Addr())
 	}
 
-	coll = connect(t, second.URI()).Database("devserver_test").Collection("restart")
+	coll = connect(t, second.URI()).Database(db).Collection("restart")
 
 	var got struct {
 		N int `bson:"n"`
@@ -303,7 +313,7 @@ func TestUnacknowledgedWrites(t *testing.T) {
 
 	// One connection, so that the unacknowledged writes and the reads share it.
 	client := connect(t, s.URI(), options.Client().SetMaxPoolSize(1))
-	db := client.Database("devserver_test")
+	db := client.Database(testDB(t))
 	unacked := db.Collection("unacked", options.Collection().SetWriteConcern(writeconcern.Unacknowledged()))
 
 	const writes = 5
