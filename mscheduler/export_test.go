@@ -3,7 +3,6 @@ package mscheduler
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -24,43 +23,34 @@ func HotQueries(coll string, now time.Time) []HotQuery {
 	const worker, key, run = "w1", "k1", "r1"
 	claim := claimFilter(worker, []string{"g"}, nil, now)
 	end := (&runEnd{fence: fence(key, worker, run), record: runRecord{Outcome: OutcomeSucceeded}, runsKept: 20, now: now}).cases()[0]
-	list := []struct {
-		name string
-		cmd  bson.D
-	}{
-		{"claim (findAndModify)", bson.D{{Key: "findAndModify", Value: coll}, {Key: "query", Value: claim}, {Key: "sort", Value: claimSort},
-			{Key: "update", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: fRunning, Value: 1}}}}}}},
-		{"claim candidates (find)", bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: claim}, {Key: "sort", Value: claimSort},
-			{Key: "projection", Value: bson.D{{Key: fRuns, Value: 0}}}, {Key: "limit", Value: 64}}},
-		{"claims read back (find)", bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{
+	return []HotQuery{
+		{Name: "claim (findAndModify)", Explain: bson.D{{Key: "findAndModify", Value: coll}, {Key: "query", Value: claim}, {Key: "sort", Value: claimSort},
+			{Key: "update", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: fRunning, Value: 1}}}}}}, InOrder: true},
+		{Name: "claim candidates (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: claim}, {Key: "sort", Value: claimSort},
+			{Key: "projection", Value: bson.D{{Key: fRuns, Value: 0}}}, {Key: "limit", Value: 64}}, InOrder: true},
+		{Name: "claims read back (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{
 			{Key: fID, Value: op("$in", bson.A{key, "k2"})},
 			{Key: holderPath(worker, hRun), Value: op("$in", bson.A{run, "r2"})},
 		}}}},
-		{"next due task (find)", bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: futureFilter(worker, nil, nil, now)},
+		{Name: "next due task (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: futureFilter(worker, nil, nil, now)},
 			{Key: "sort", Value: bson.D{{Key: fRunAt, Value: 1}}}, {Key: "limit", Value: 1}}},
-		{"sweep (find)", bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: fNextExpiry, Value: op("$lte", now)}}},
+		{Name: "sweep (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: fNextExpiry, Value: op("$lte", now)}}},
 			{Key: "sort", Value: bson.D{{Key: fNextExpiry, Value: 1}}}, {Key: "limit", Value: sweepBatch}}},
-		{"ping (findAndModify)", bson.D{{Key: "findAndModify", Value: coll}, {Key: "query", Value: fence(key, worker, run)},
+		{Name: "ping (findAndModify)", Explain: bson.D{{Key: "findAndModify", Value: coll}, {Key: "query", Value: fence(key, worker, run)},
 			{Key: "update", Value: bson.D{{Key: "$set", Value: bson.D{{Key: holderPath(worker, hLeaseUntil), Value: now}}}}}}},
-		{"run end (update)", bson.D{{Key: "update", Value: coll}, {Key: "updates", Value: bson.A{
+		{Name: "run end (update)", Explain: bson.D{{Key: "update", Value: coll}, {Key: "updates", Value: bson.A{
 			bson.D{{Key: "q", Value: (&runEnd{fence: fence(key, worker, run)}).filter(end)}, {Key: "u", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}}}}},
 		}}}},
-		{"publish (update by key)", bson.D{{Key: "update", Value: coll}, {Key: "updates", Value: bson.A{
+		{Name: "publish (update by key)", Explain: bson.D{{Key: "update", Value: coll}, {Key: "updates", Value: bson.A{
 			bson.D{{Key: "q", Value: bson.D{{Key: fID, Value: key}}}, {Key: "u", Value: bson.D{{Key: "$setOnInsert", Value: bson.D{{Key: fKey, Value: key}}}}}, {Key: "upsert", Value: true}},
 		}}}},
-		{"filter by tag (find)", bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: fTags, Value: "reports"}}}}},
-		{"check for unclaimable documents (find)", bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: unclaimableFilter(now)}, {Key: "limit", Value: checkBatch}}},
-		{"lost claim lookup (find)", bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: fStatus, Value: StatusRunning}, {Key: holderPath(worker, hRun), Value: run}}}}},
-		{"expire (update)", bson.D{{Key: "update", Value: coll}, {Key: "updates", Value: bson.A{
+		{Name: "filter by tag (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: fTags, Value: "reports"}}}}},
+		{Name: "check for unclaimable documents (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: unclaimableFilter(now)}, {Key: "limit", Value: checkBatch}}},
+		{Name: "lost claim lookup (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: fStatus, Value: StatusRunning}, {Key: holderPath(worker, hRun), Value: run}}}}},
+		{Name: "expire (update)", Explain: bson.D{{Key: "update", Value: coll}, {Key: "updates", Value: bson.A{
 			bson.D{{Key: "q", Value: leaseFence(key, worker, run, now)}, {Key: "u", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}}}}},
 		}}}},
 	}
-	qs := make([]HotQuery, len(list))
-	for i, q := range list {
-		// Both claims are served in claim order by the claim index.
-		qs[i] = HotQuery{Name: q.name, Explain: q.cmd, InOrder: strings.HasPrefix(q.name, "claim ")}
-	}
-	return qs
 }
 
 // BuildTaskDoc validates and builds the stored form of a task as Publish

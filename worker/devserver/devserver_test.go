@@ -17,22 +17,18 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
 	"github.com/mscheduler/mscheduler/worker/devserver"
 )
 
 // These tests exercise the development server itself, so they start their own even when
-// MONGODB_URI names a real server.
+// MONGODB_URI names a real server. Each uses a database of its own (mschedulertest.Name): with
+// PostgreSQL storage (MSCHEDULER_DEV_POSTGRESQL_URL) the data outlives the server, and the
+// servers of parallel tests share one PostgreSQL, where FerretDB 1.24 fails to create one
+// database from two servers at once.
 
 // startTimeout covers the first build of the server (FerretDB modules are downloaded then).
 const startTimeout = 15 * time.Minute
-
-// testDB names a database of the test's own. With PostgreSQL storage
-// (MSCHEDULER_DEV_POSTGRESQL_URL) the data outlives the server, and the servers of parallel
-// tests share one PostgreSQL, where FerretDB 1.24 fails to create one database from two servers
-// at once: fixed names would see the last run's documents, or race.
-func testDB(t *testing.T) string {
-	return fmt.Sprintf("devserver_%s_%d", strings.ToLower(t.Name()), time.Now().UnixNano()%1e9)
-}
 
 // startServer starts a server that is stopped when the test ends.
 func startServer(t *testing.T, opts devserver.Options) *devserver.Server {
@@ -91,7 +87,7 @@ func TestStartStop(t *testing.T) {
 		t.Errorf("Addr() = %q, want 127.0.0.1 and a real port", s.Addr())
 	}
 
-	coll := connect(t, s.URI()).Database(testDB(t)).Collection("start_stop")
+	coll := connect(t, s.URI()).Database(mschedulertest.Name(t)).Collection("start_stop")
 
 	ctx := t.Context()
 	if _, err := coll.InsertOne(ctx, bson.D{{Key: "name", Value: "a"}, {Key: "n", Value: 42}}); err != nil {
@@ -138,7 +134,7 @@ func TestClaimsAreAtomic(t *testing.T) {
 	s := startServer(t, devserver.Options{})
 	ctx := t.Context()
 
-	db := testDB(t)
+	db := mschedulertest.Name(t)
 	coll := connect(t, s.URI()).Database(db).Collection("claims")
 	ready := make([]any, docs)
 	for i := range ready {
@@ -271,7 +267,7 @@ func TestKillRestart(t *testing.T) {
 		t.Errorf("Dir() = %q, want %q", first.Dir(), dir)
 	}
 
-	db := testDB(t)
+	db := mschedulertest.Name(t)
 	coll := connect(t, first.URI()).Database(db).Collection("restart")
 	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "kept"}, {Key: "n", Value: 7}}); err != nil {
 		t.Fatal(err)
@@ -313,7 +309,7 @@ func TestUnacknowledgedWrites(t *testing.T) {
 
 	// One connection, so that the unacknowledged writes and the reads share it.
 	client := connect(t, s.URI(), options.Client().SetMaxPoolSize(1))
-	db := client.Database(testDB(t))
+	db := client.Database(mschedulertest.Name(t))
 	unacked := db.Collection("unacked", options.Collection().SetWriteConcern(writeconcern.Unacknowledged()))
 
 	const writes = 5
