@@ -112,7 +112,11 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 	if refused {
 		werr = nil
 	}
-	won, err := c.readClaims(wctx, chosen, runIDs)
+	matched := int64(-1) // unknown
+	if werr == nil {
+		matched = res.MatchedCount
+	}
+	won, err := c.readClaims(wctx, chosen, runIDs, matched)
 	if err != nil {
 		for _, id := range runIDs {
 			st.unconfirmed = appendBounded(st.unconfirmed, id)
@@ -218,7 +222,7 @@ func (c *Consumer[P, R]) claimAlone(st *claimState, cd candidate) ([]claimed, er
 	case res.MatchedCount == 0:
 		return nil, nil
 	}
-	found, err := c.readClaims(wctx, []candidate{cd}, []string{runID})
+	found, err := c.readClaims(wctx, []candidate{cd}, []string{runID}, 1)
 	if err != nil {
 		st.unconfirmed = appendBounded(st.unconfirmed, runID)
 		return nil, err
@@ -303,14 +307,40 @@ func choose(cands []candidate, k, peers, rank int) []candidate {
 	return cands[start : start+k]
 }
 
-// readClaims reads the chosen tasks that one of runIDs claimed.
-func (c *Consumer[P, R]) readClaims(ctx context.Context, chosen []candidate, runIDs []string) ([]claimed, error) {
+// readClaims reads the chosen tasks that one of runIDs claimed; matched is
+// how many statements the server said matched, or -1 if it did not say.
+//
+// When it did, the first read also asks for status running, which every
+// claim sets: storages that push down equalities only (FerretDB on
+// PostgreSQL) then read the running tasks, not every task, to find the
+// few chosen. A run end of another run of the task may have changed the
+// status since (its failed runs exhausted, say); the count tells, and the
+// claims not found are read again without it.
+func (c *Consumer[P, R]) readClaims(ctx context.Context, chosen []candidate, runIDs []string, matched int64) ([]claimed, error) {
+	if matched == 0 {
+		return nil, nil
+	}
+	filter := c.claimsFilter(chosen, runIDs)
+	if matched > 0 {
+		won, err := c.findClaims(ctx, append(filter, bson.E{Key: fStatus, Value: StatusRunning}), len(chosen))
+		if err != nil || int64(len(won)) >= matched {
+			return won, err
+		}
+	}
+	return c.findClaims(ctx, filter, len(chosen))
+}
+
+// claimsFilter selects the chosen tasks that one of runIDs claimed.
+func (c *Consumer[P, R]) claimsFilter(chosen []candidate, runIDs []string) bson.D {
 	keys := make(bson.A, len(chosen))
 	for i, cd := range chosen {
 		keys[i] = cd.Key
 	}
-	filter := bson.D{{Key: fID, Value: op("$in", keys)}, {Key: holderPath(c.cfg.WorkerID, hRun), Value: op("$in", runIDs)}}
-	raws, err := findAll(ctx, c.coll, filter, nil, bson.D{{Key: fRuns, Value: 0}}, len(keys))
+	return bson.D{{Key: fID, Value: op("$in", keys)}, {Key: holderPath(c.cfg.WorkerID, hRun), Value: op("$in", runIDs)}}
+}
+
+func (c *Consumer[P, R]) findClaims(ctx context.Context, filter bson.D, limit int) ([]claimed, error) {
+	raws, err := findAll(ctx, c.coll, filter, nil, bson.D{{Key: fRuns, Value: 0}}, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read claimed tasks: %w", err)
 	}

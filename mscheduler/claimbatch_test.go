@@ -548,3 +548,52 @@ func TestBatchClaimSeesAnEditMadeBeforeItsWrite(t *testing.T) {
 		t.Errorf("%s, edited between the batch's read and its write, ran with description %q, want %q", key, seen[key], "edited")
 	}
 }
+
+// TestClaimsReadBackFindEveryRunMatched: a batch claim's read back first
+// asks for running tasks only (cheaper where only equalities are pushed
+// down), and reads again without that when it found fewer runs than the
+// server said matched: a task whose status another run's end changed
+// meanwhile still has its new run found. No statement matched, no read.
+func TestClaimsReadBackFindEveryRunMatched(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	if _, err := p.PublishMany(ctxT(t), []mscheduler.Task[int]{{Key: "a"}, {Key: "b"}, {Key: "c"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	hold := func(key, status string) {
+		setFields(t, coll, key, bson.D{{Key: "status", Value: status}, {Key: "holders", Value: bson.D{{Key: "w", Value: bson.D{{Key: "run", Value: "r-" + key}}}}}})
+	}
+	hold("a", "running")
+	hold("b", "failed") // failed runs exhausted by another run's end
+	var finds atomic.Int64
+	client := mschedulertest.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "find" {
+			finds.Add(1)
+		}
+	}}))
+	mc := dbCollection(client, coll)
+	keys, runs := []string{"a", "b", "c"}, []string{"r-a", "r-b", "r-c"}
+	both := map[string]string{"a": "r-a", "b": "r-b"}
+	for _, tc := range []struct {
+		name      string
+		bStatus   string
+		matched   int64
+		want      map[string]string
+		wantFinds int64
+	}{
+		{"a status changed since the claim", "failed", 2, both, 2},
+		{"every claim running", "running", 2, both, 1},
+		{"matched unknown", "failed", -1, both, 1},
+		{"none matched", "running", 0, map[string]string{}, 0},
+	} {
+		hold("b", tc.bStatus)
+		finds.Store(0)
+		got, err := mscheduler.ReadClaims(ctxT(t), mc, keys, runs, tc.matched)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, tc.want) || finds.Load() != tc.wantFinds {
+			t.Errorf("%s: found %v with %d finds, want %v with %d", tc.name, got, finds.Load(), tc.want, tc.wantFinds)
+		}
+	}
+}

@@ -32,6 +32,11 @@ func HotQueries(coll string, now time.Time) []HotQuery {
 			{Key: fID, Value: op("$in", bson.A{key, "k2"})},
 			{Key: holderPath(worker, hRun), Value: op("$in", bson.A{run, "r2"})},
 		}}}},
+		{Name: "claims read back, running (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{
+			{Key: fID, Value: op("$in", bson.A{key, "k2"})},
+			{Key: holderPath(worker, hRun), Value: op("$in", bson.A{run, "r2"})},
+			{Key: fStatus, Value: StatusRunning},
+		}}}},
 		{Name: "next due task (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: futureFilter(worker, nil, nil, now)},
 			{Key: "sort", Value: bson.D{{Key: fRunAt, Value: 1}}}, {Key: "limit", Value: 1}}},
 		{Name: "sweep (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: fNextExpiry, Value: op("$lte", now)}}},
@@ -152,6 +157,23 @@ func ClaimBothWays(ctx context.Context, coll *mongo.Collection, key string) (ser
 	}
 	local, err = asClaimed(before, "w", c.claimHolder(runID, now), now, c.claimExpiry(st, now))
 	return server, local, true, err
+}
+
+// ReadClaims reads back the runs of worker "w" on the given tasks, as a
+// batch claim does after the server said matched of its statements
+// matched, and returns the keys and run ids found.
+func ReadClaims(ctx context.Context, coll *mongo.Collection, keys, runIDs []string, matched int64) (map[string]string, error) {
+	c := &Consumer[any, any]{cfg: &ConsumerConfig{WorkerID: "w"}, coll: coll}
+	chosen := make([]candidate, len(keys))
+	for i, key := range keys {
+		chosen[i] = candidate{Key: key}
+	}
+	won, err := c.readClaims(ctx, chosen, runIDs, matched)
+	out := map[string]string{}
+	for _, cl := range won {
+		out[cl.raw.Lookup(fID).StringValue()] = cl.runID
+	}
+	return out, err
 }
 
 // CarriedPulls is how many history-mark statements wait to ride with the
