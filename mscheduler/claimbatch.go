@@ -107,14 +107,16 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 			return won, tried, nil
 		}
 	}
+	// The count is known only when no statement failed: after a refusal
+	// its count cannot be trusted any more than its indexes (below).
+	matched := int64(-1)
+	if werr == nil {
+		matched = res.MatchedCount
+	}
 	var bwe mongo.BulkWriteException
 	refused := errors.As(werr, &bwe) && bwe.WriteConcernError == nil
 	if refused {
 		werr = nil
-	}
-	matched := int64(-1) // unknown
-	if werr == nil {
-		matched = res.MatchedCount
 	}
 	won, err := c.readClaims(wctx, chosen, runIDs, matched)
 	if err != nil {
