@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -317,14 +318,15 @@ func choose(cands []candidate, k, peers, rank int) []candidate {
 // PostgreSQL) then read the running tasks, not every task, to find the
 // few chosen. A run end of another run of the task may have changed the
 // status since (its failed runs exhausted, say); the count tells, and the
-// claims not found are read again without it.
+// read is made again without it.
 func (c *Consumer[P, R]) readClaims(ctx context.Context, chosen []candidate, runIDs []string, matched int64) ([]claimed, error) {
 	if matched == 0 {
 		return nil, nil
 	}
 	filter := c.claimsFilter(chosen, runIDs)
 	if matched > 0 {
-		won, err := c.findClaims(ctx, append(filter, bson.E{Key: fStatus, Value: StatusRunning}), len(chosen))
+		running := append(slices.Clip(filter), bson.E{Key: fStatus, Value: StatusRunning}) // filter stays as it is
+		won, err := c.findClaims(ctx, running, len(chosen))
 		if err != nil || int64(len(won)) >= matched {
 			return won, err
 		}
