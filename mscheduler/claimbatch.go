@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -66,20 +65,20 @@ func candidateOf(raw bson.Raw) (candidate, bool) {
 	return candidate{Key: key, Priority: priority, WorkerTimeoutMS: timeout, raw: raw, exact: exactCandidate(raw)}, true
 }
 
-// claimBatch claims up to k runs. It reports the runs won, and whether
-// the candidates ran out (nothing else is claimable now).
+// claimBatch claims up to k runs, from spares if it holds k fresh ones
+// (see claimchoice.go), or else from candidates read now. It reports the
+// runs won, and whether the candidates ran out (nothing else is claimable
+// now).
 func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) ([]claimed, bool, error) {
 	now := c.clock.Now()
-	limit := k * max(claimSpread, min(st.peers, maxClaimSpread)) // spare, for workers to choose apart
-	cands, err := c.candidates(ctx, claimFilter(c.cfg.WorkerID, c.cfg.Groups, st.skipped.keys(now), now), limit)
-	if err != nil {
-		return nil, false, err
+	chosen := st.spares.take(k, time.Now(), c.cfg.ClaimSpareFor)
+	fromSpares, tried := chosen != nil, false
+	if !fromSpares {
+		var err error
+		if chosen, tried, err = c.chooseCandidates(ctx, st, k, now); err != nil || len(chosen) == 0 {
+			return nil, err == nil, err
+		}
 	}
-	if len(cands) == 0 {
-		return nil, true, nil
-	}
-	chosen := choose(cands, k, st.peers, st.rank)
-	tried := len(chosen) == len(cands) // every claimable task had a statement
 	for _, cd := range chosen {
 		if cd.WorkerTimeoutMS > 0 {
 			st.leases.observe(fromMS(cd.WorkerTimeoutMS))
@@ -103,6 +102,11 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 	sent := time.Now()
 	res, werr := c.coll.BulkWrite(wctx, models, options.BulkWrite().SetOrdered(false))
 	st.claimLatency = time.Since(sent)
+	if werr != nil || fromSpares && res.MatchedCount < int64(len(chosen)) {
+		// Spares that missed were taken by others, or changed: the rest
+		// are likely stale too. After a refusal, they may hold its task.
+		st.spares.drop()
+	}
 	if werr == nil && exact && res.MatchedCount == int64(len(chosen)) {
 		if won, ok := c.claimedAsRead(st, chosen, runIDs, now); ok {
 			return won, tried, nil
@@ -153,6 +157,28 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 	// claimable now.
 	return won, tried, nil
 }
+
+// chooseCandidates reads candidates and chooses k of them, keeping the
+// spares. tried says every candidate read was chosen.
+func (c *Consumer[P, R]) chooseCandidates(ctx context.Context, st *claimState, k int, now time.Time) ([]candidate, bool, error) {
+	limit := k * max(claimSpread, min(st.peers, maxClaimSpread)) // for workers to choose apart
+	if c.cfg.ClaimSpareFor > 0 {
+		limit = max(2*limit, minSpareRead)
+	}
+	cands, err := c.candidates(ctx, claimFilter(c.cfg.WorkerID, c.cfg.Groups, st.skipped.keys(now), now), limit)
+	if err != nil {
+		st.spares.drop()
+		return nil, false, err
+	}
+	chosen, spares := choose(cands, k, st.peers, st.rank)
+	st.spares.keep(spares, time.Now())
+	return chosen, len(chosen) == len(cands), nil
+}
+
+// minSpareRead is the fewest candidates a claim reads when it keeps
+// spares: a consumer claiming one slot at a time then reads once for
+// many claims.
+const minSpareRead = 16
 
 // claimedAsRead builds the tasks as claimed from the candidates as read,
 // when every statement was fenced on its candidate's rev and matched.
@@ -283,31 +309,6 @@ func (c *Consumer[P, R]) candidates(ctx context.Context, filter bson.D, limit in
 		}
 	}
 	return out, nil
-}
-
-// choose picks k of the candidates: a run of k in claim order among those
-// of the highest priority. Workers that read the same candidates at once
-// should claim different tasks (a statement that loses its task to
-// another worker costs a read back), so each starts at its own place:
-// spread evenly by its rank among the peers alive, or at random while it
-// knows of none.
-func choose(cands []candidate, k, peers, rank int) []candidate {
-	if len(cands) <= k {
-		return cands
-	}
-	top := 1 // candidates of the highest priority
-	for top < len(cands) && cands[top].Priority == cands[0].Priority {
-		top++
-	}
-	start := 0
-	if last := top - k; last > 0 {
-		if peers > 1 && rank < peers {
-			start = rank * last / (peers - 1)
-		} else {
-			start = rand.IntN(last + 1)
-		}
-	}
-	return cands[start : start+k]
 }
 
 // readClaims reads the chosen tasks that one of runIDs claimed; matched is

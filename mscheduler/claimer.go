@@ -121,6 +121,7 @@ type claimState struct {
 	// gatherUntil, when set, is when a claim held back for more free
 	// slots goes anyway (see gathering).
 	gatherUntil time.Time
+	spares      spareCandidates // for the next claims while work waits
 }
 
 func (c *Consumer[P, R]) pollInterval() time.Duration {
@@ -174,9 +175,10 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 	wonAny := false
 	for n := 0; n < c.cfg.Capacity && ctx.Err() == nil && (n == 0 || c.clock.Now().Before(st.sweepAt)); {
 		want := min(c.cfg.ClaimBatchMax, c.cfg.Capacity-n)
-		if (!st.backlog || want < minBatchClaim) && !c.cfg.TargetedClaims {
+		if !c.cfg.TargetedClaims && (!st.backlog || want < minBatchClaim && !c.sparing()) {
 			// The cheapest claim when one task at a time comes, or when
-			// too few slots are free for three commands to beat one each.
+			// too few slots are free for three commands to beat one each
+			// and no spares are kept to claim them with one.
 			want = 1
 		}
 		k := c.takeSlots(want)
@@ -215,6 +217,9 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 // minBatchClaim is the fewest free slots a batch claim fills: it costs
 // three commands, against one findAndModify per slot.
 const minBatchClaim = 4
+
+// sparing says claims keep spare candidates (see claimchoice.go).
+func (c *Consumer[P, R]) sparing() bool { return c.cfg.ClaimSpareFor > 0 }
 
 // takeSlots takes up to k free slots and returns how many it took.
 func (c *Consumer[P, R]) takeSlots(k int) int {
@@ -259,7 +264,7 @@ func (c *Consumer[P, R]) gathering(st *claimState, now time.Time) bool {
 // claimSlots claims up to k runs: alone with one findAndModify, or as a
 // batch. done says nothing else is claimable now.
 func (c *Consumer[P, R]) claimSlots(ctx context.Context, st *claimState, k int) (won []claimed, done bool, err error) {
-	if k > 1 || c.cfg.TargetedClaims {
+	if k > 1 || c.cfg.TargetedClaims || st.backlog && c.sparing() {
 		return c.claimBatch(ctx, st, k)
 	}
 	if !st.peeked {

@@ -65,6 +65,7 @@ const (
 	EndBatchMaxDefault              = 64
 	EndBatchWindowDefault           = 2 * time.Millisecond
 	ClaimBatchWindowDefault         = 5 * time.Millisecond
+	ClaimSpareForDefault            = time.Second
 	ReleaseTimeoutDefault           = 5 * time.Second
 	TimeoutDefault                  = time.Hour
 	TimeoutGraceDefault             = 5 * time.Second
@@ -83,6 +84,10 @@ const NoEndBatchWindow time.Duration = -1
 // NoClaimBatchWindow, as [ConsumerConfig.ClaimBatchWindow], claims the
 // slots free as soon as a claim is due.
 const NoClaimBatchWindow time.Duration = -1
+
+// NoClaimSpares, as [ConsumerConfig.ClaimSpareFor], reads candidates
+// afresh for every claim.
+const NoClaimSpares time.Duration = -1
 
 // RunsBudgetBytes bounds what the kept run records of one task may take:
 // RunsKept × (MaxResultBytes + MaxErrorBytes + 1 KiB) must fit in it, so
@@ -145,6 +150,16 @@ type ConsumerConfig struct {
 	// [ClaimBatchWindowDefault]; set [NoClaimBatchWindow] to claim
 	// whatever is free at once.
 	ClaimBatchWindow time.Duration
+	// ClaimSpareFor is how long candidates that a batch claim read but did
+	// not choose may serve the next claims of this consumer while work is
+	// waiting: a claim from them is one command (the update; two when a
+	// read back is needed) instead of a query for candidates first, and
+	// with work waiting even one free slot is claimed that way. The price
+	// is that a task published meanwhile with a higher priority than the
+	// candidates may wait that long for this consumer. Defaults to
+	// [ClaimSpareForDefault]; set [NoClaimSpares] to read candidates for
+	// every claim.
+	ClaimSpareFor time.Duration
 	// TargetedClaims makes every claim, even of one slot, go by the
 	// candidate query and a write by _id, as batch claims do, instead of a
 	// findAndModify that selects its task by the claim filter. A task
@@ -276,6 +291,12 @@ func (c *ConsumerConfig) withDefaults() *ConsumerConfig {
 	case NoClaimBatchWindow:
 		out.ClaimBatchWindow = 0
 	}
+	switch out.ClaimSpareFor {
+	case 0:
+		out.ClaimSpareFor = ClaimSpareForDefault
+	case NoClaimSpares:
+		out.ClaimSpareFor = 0
+	}
 	out.PingBatchMax = cmp.Or(out.PingBatchMax, PingBatchMaxDefault)
 	out.EndBatchMax = cmp.Or(out.EndBatchMax, EndBatchMaxDefault)
 	switch out.EndBatchWindow {
@@ -340,6 +361,8 @@ func (c *ConsumerConfig) validate() error {
 		return invalid("EndBatchMax", "must be at least 1, got %d", c.EndBatchMax)
 	case c.ClaimBatchWindow < 0 || c.ClaimBatchWindow > time.Second:
 		return invalid("ClaimBatchWindow", "must be NoClaimBatchWindow or between 0 and 1s, got %s", c.ClaimBatchWindow)
+	case c.ClaimSpareFor < 0 || c.ClaimSpareFor > time.Minute:
+		return invalid("ClaimSpareFor", "must be NoClaimSpares or between 0 and 1m, got %s", c.ClaimSpareFor)
 	case c.EndBatchWindow < 0 || c.EndBatchWindow > time.Second:
 		return invalid("EndBatchWindow", "must be NoEndBatchWindow or between 0 and 1s, got %s", c.EndBatchWindow)
 	case c.Timeout < 0:

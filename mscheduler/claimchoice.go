@@ -1,0 +1,131 @@
+package mscheduler
+
+import (
+	"hash/fnv"
+	"math/rand/v2"
+	"time"
+)
+
+// A batch claim reads more candidates than it has free slots, so that
+// consumers reading at once can choose different tasks. Each consumer
+// prefers the candidates of its share: the tasks whose key hashes to its
+// rank among the consumers alive. Unlike places in the list, a share holds
+// whenever a consumer reads, as tasks are claimed and the list moves on,
+// so consumers reading a moment apart still choose apart.
+//
+// The candidates of its share that a claim did not choose are its spares:
+// while work is waiting, the next claims take them, within ClaimSpareFor,
+// without reading candidates again. Every claim statement is fenced, so a
+// spare that another consumer took meanwhile only misses.
+
+// shareOf is the share among peers that a task key falls in.
+func shareOf(key string, peers int) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(peers))
+}
+
+// choose picks k of the candidates (fewer if there are fewer), in claim
+// order by priority: first those of the highest priority, then the next,
+// and so on. Within a priority a consumer of rank rank among peers takes
+// the candidates of its share in claim order, then, if they are too few,
+// the others from the last (the least likely to be taken by their own
+// consumer soon); one alone takes them all in claim order. A consumer that
+// does not know yet how many are alive, or holds a stale rank, takes a run
+// of k at a random place among the highest priority.
+//
+// It also returns the spares: the candidates of its share and of the
+// highest priority that it did not choose, in claim order. Spares of a
+// lower priority are not kept: they would go before the highest-priority
+// tasks of other shares.
+func choose(cands []candidate, k, peers, rank int) (chosen, spares []candidate) {
+	if len(cands) == 0 || k <= 0 {
+		return nil, nil
+	}
+	top := topPriority(cands)
+	if peers < 1 || rank < 0 || rank >= peers {
+		return chooseAnywhere(cands, top, k)
+	}
+	taken := make([]bool, len(cands))
+	for lo := 0; lo < len(cands) && len(chosen) < k; {
+		hi := lo + topPriority(cands[lo:])
+		for i := lo; i < hi && len(chosen) < k; i++ {
+			if shareOf(cands[i].Key, peers) == rank {
+				chosen, taken[i] = append(chosen, cands[i]), true
+			}
+		}
+		for i := hi - 1; i >= lo && len(chosen) < k; i-- {
+			if !taken[i] {
+				chosen, taken[i] = append(chosen, cands[i]), true
+			}
+		}
+		lo = hi
+	}
+	for i := range top {
+		if !taken[i] && shareOf(cands[i].Key, peers) == rank {
+			spares = append(spares, cands[i])
+		}
+	}
+	return chosen, spares
+}
+
+// chooseAnywhere takes a run of k at a random place among the top
+// candidates of the highest priority (all of them and the next ones if
+// they are not more than k); the other top ones are the spares.
+func chooseAnywhere(cands []candidate, top, k int) (chosen, spares []candidate) {
+	if len(cands) <= k {
+		return cands, nil
+	}
+	start := 0
+	if last := top - k; last > 0 {
+		start = rand.IntN(last + 1)
+	}
+	chosen = cands[start : start+k]
+	if start+k <= top {
+		spares = append(append(spares, cands[:start]...), cands[start+k:top]...)
+	}
+	return chosen, spares
+}
+
+// topPriority counts the candidates, from the first, of the first one's
+// priority.
+func topPriority(cands []candidate) int {
+	n := 1
+	for n < len(cands) && cands[n].Priority == cands[0].Priority {
+		n++
+	}
+	return n
+}
+
+// spareCandidates are the spares of the last batch claim, kept for the
+// next claims while they are fresh. They belong to the claim loop.
+type spareCandidates struct {
+	cands []candidate
+	read  time.Time // when they were read, on the monotonic clock
+}
+
+// keep replaces the spares with cands, read at read.
+func (s *spareCandidates) keep(cands []candidate, read time.Time) {
+	s.cands, s.read = cands, read
+}
+
+// holds says whether at least k spares are fresh at now: read less than
+// spareFor before it.
+func (s *spareCandidates) holds(k int, now time.Time, spareFor time.Duration) bool {
+	return k > 0 && len(s.cands) >= k && now.Sub(s.read) < spareFor
+}
+
+// take removes and returns the first k spares if they hold k fresh ones;
+// otherwise it forgets them all and returns nil.
+func (s *spareCandidates) take(k int, now time.Time, spareFor time.Duration) []candidate {
+	if !s.holds(k, now, spareFor) {
+		s.drop()
+		return nil
+	}
+	out := s.cands[:k:k]
+	s.cands = s.cands[k:]
+	return out
+}
+
+// drop forgets the spares.
+func (s *spareCandidates) drop() { s.cands = nil }

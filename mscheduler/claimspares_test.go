@@ -1,0 +1,95 @@
+package mscheduler_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
+)
+
+// claimReads counts, on a client of its own, the candidate queries (finds
+// sorted in claim order) and the claims by findAndModify it sends.
+type claimReads struct{ candidates, findAndModify atomic.Int64 }
+
+func (r *claimReads) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		switch {
+		case e.CommandName == "findAndModify" && e.Command.Lookup("update", "$inc", "running").Type != 0:
+			r.findAndModify.Add(1)
+		case e.CommandName == "find" && e.Command.Lookup("sort", "priority").Type != 0 && e.Command.Lookup("filter", "free").Type != 0:
+			r.candidates.Add(1)
+		}
+	}}
+}
+
+// drainOneSlot publishes n tasks of one priority, due one millisecond
+// apart, drains them with a consumer of one slot configured by edit, and
+// returns the keys in the order their handlers ran and the commands
+// counted.
+func drainOneSlot(t *testing.T, n int, edit func(*mscheduler.ConsumerConfig)) ([]string, *claimReads) {
+	t.Helper()
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	base := time.Now().Add(-time.Hour)
+	tasks := make([]mscheduler.Task[int], n)
+	for i := range tasks {
+		tasks[i] = mscheduler.Task[int]{Key: fmt.Sprintf("k%02d", i), RunAt: base.Add(time.Duration(i) * time.Millisecond)}
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	reads := &claimReads{}
+	client := mschedulertest.NewClient(t, options.Client().SetMonitor(reads.monitor()))
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Capacity = 1
+	edit(cfg)
+	var mu sync.Mutex
+	var order []string
+	startConsumer(t, dbCollection(client, coll), func(_ context.Context, task *mscheduler.Task[int]) (int, error) {
+		mu.Lock()
+		order = append(order, task.Key)
+		mu.Unlock()
+		return 0, nil
+	}, cfg)
+	ev.WaitCount(t, mscheduler.EventSucceeded, n)
+	mu.Lock()
+	defer mu.Unlock()
+	return order, reads
+}
+
+// TestClaimsFromSpares: a consumer of one slot draining a backlog reads
+// candidates once for many claims, and claims from its spares in claim
+// order, each task once; with NoClaimSpares it claims each with a
+// findAndModify.
+func TestClaimsFromSpares(t *testing.T) {
+	const n = 32
+	t.Run("spares", func(t *testing.T) {
+		order, reads := drainOneSlot(t, n, func(c *mscheduler.ConsumerConfig) { c.ClaimSpareFor = time.Minute })
+		for i, key := range order {
+			if want := fmt.Sprintf("k%02d", i); key != want {
+				t.Fatalf("run %d was %s, want %s (claim order): %v", i, key, want, order)
+			}
+		}
+		// The first claim finds no backlog yet (a findAndModify); the
+		// next reads 16 candidates, one claim and 15 spares; the one after
+		// them reads the other 15; the last finds none left.
+		if c, f := reads.candidates.Load(), reads.findAndModify.Load(); c > 4 || f > 2 {
+			t.Errorf("%d candidate queries and %d findAndModify claims for %d tasks, want at most 4 and 2", c, f, n)
+		}
+	})
+	t.Run("none", func(t *testing.T) {
+		_, reads := drainOneSlot(t, n, func(c *mscheduler.ConsumerConfig) { c.ClaimSpareFor = mscheduler.NoClaimSpares })
+		if f := reads.findAndModify.Load(); f < n {
+			t.Errorf("without spares: %d findAndModify claims for %d tasks, want one each", f, n)
+		}
+	})
+}
