@@ -91,7 +91,7 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 		runIDs[i] = newRunID()
 		filter := c.claimFilterOf(cd.Key, now)
 		if cd.exact {
-			filter = append(filter, bson.E{Key: fRev, Value: cd.raw.Lookup(fRev)})
+			filter = append(filter, asReadFence(cd.raw)...)
 		}
 		exact = exact && cd.exact
 		models[i] = mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(c.claimUpdate(st, runIDs[i], now))
@@ -106,6 +106,7 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 		// Spares that missed were taken by others, or changed: the rest
 		// are likely stale too. After a refusal, they may hold its task.
 		st.spares.drop()
+		st.spares.missed = st.spares.missed || fromSpares
 	}
 	if werr == nil && exact && res.MatchedCount == int64(len(chosen)) {
 		if won, ok := c.claimedAsRead(st, chosen, runIDs, now); ok {
@@ -172,6 +173,7 @@ func (c *Consumer[P, R]) chooseCandidates(ctx context.Context, st *claimState, k
 	}
 	chosen, spares := choose(cands, k, st.peers, st.rank)
 	st.spares.keep(spares, time.Now())
+	st.spares.mixed = slices.ContainsFunc(chosen, func(cd candidate) bool { return !cd.exact })
 	return chosen, len(chosen) == len(cands), nil
 }
 

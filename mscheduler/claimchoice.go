@@ -3,6 +3,7 @@ package mscheduler
 import (
 	"hash/fnv"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -80,7 +81,7 @@ func chooseAnywhere(cands []candidate, top, k int) (chosen, spares []candidate) 
 	if last := top - k; last > 0 {
 		start = rand.IntN(last + 1)
 	}
-	chosen = cands[start : start+k]
+	chosen = slices.Clip(cands[start : start+k])
 	if start+k <= top {
 		spares = append(append(spares, cands[:start]...), cands[start+k:top]...)
 	}
@@ -102,6 +103,13 @@ func topPriority(cands []candidate) int {
 type spareCandidates struct {
 	cands []candidate
 	read  time.Time // when they were read, on the monotonic clock
+	// mixed says the last read chose tasks not all of concurrency 1:
+	// claims of them need a read back, so a claim of fewer slots than a
+	// batch is cheaper as a findAndModify, until the work runs out.
+	mixed bool
+	// missed says a claim from spares missed a task since the claim pass
+	// began: the pass comes back at once, to read candidates afresh.
+	missed bool
 }
 
 // keep replaces the spares with cands, read at read.
@@ -129,3 +137,10 @@ func (s *spareCandidates) take(k int, now time.Time, spareFor time.Duration) []c
 
 // drop forgets the spares.
 func (s *spareCandidates) drop() { s.cands = nil }
+
+// serves says a claim of k slots, fewer than a batch fills, should go by
+// the spares or by a read that keeps some: they hold k fresh ones, or the
+// last read found tasks of concurrency 1 only.
+func (s *spareCandidates) serves(k int, now time.Time, spareFor time.Duration) bool {
+	return spareFor > 0 && (s.holds(k, now, spareFor) || !s.mixed)
+}

@@ -2,6 +2,7 @@ package mscheduler
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -47,7 +48,7 @@ func TestChooseSpreadsPeersApart(t *testing.T) {
 				if len(chosen) != c.k {
 					t.Fatalf("rank %d chose %d, want %d", rank, len(chosen), c.k)
 				}
-				for _, cd := range append(chosen, spare...) {
+				for _, cd := range slices.Concat(chosen, spare) {
 					if s := shareOf(cd.Key, c.peers); s != rank {
 						t.Errorf("rank %d chose or kept %s, of share %d", rank, cd.Key, s)
 					}
@@ -128,7 +129,7 @@ func TestChooseKeepsToTheHighestPriority(t *testing.T) {
 	for _, c := range []struct{ peers, rank int }{{0, 0}, {1, 0}, {4, 0}, {4, 3}, {2, 7}, {2, 1}} {
 		for range 50 {
 			chosen, spares := choose(cands, 4, c.peers, c.rank)
-			for _, cd := range append(chosen, spares...) {
+			for _, cd := range slices.Concat(chosen, spares) {
 				if cd.Priority != 5 {
 					t.Fatalf("peers %d rank %d chose or kept %s of priority %d", c.peers, c.rank, cd.Key, cd.Priority)
 				}

@@ -173,9 +173,10 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 	}
 	// At least one claim per pass, so that sweeps never starve claims.
 	wonAny := false
+	st.spares.missed = false
 	for n := 0; n < c.cfg.Capacity && ctx.Err() == nil && (n == 0 || c.clock.Now().Before(st.sweepAt)); {
 		want := min(c.cfg.ClaimBatchMax, c.cfg.Capacity-n)
-		if !c.cfg.TargetedClaims && (!st.backlog || want < minBatchClaim && !c.sparing()) {
+		if !c.cfg.TargetedClaims && (!st.backlog || want < minBatchClaim && !c.sparesServe(st, want)) {
 			// The cheapest claim when one task at a time comes, or when
 			// too few slots are free for three commands to beat one each
 			// and no spares are kept to claim them with one.
@@ -202,14 +203,17 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 			c.loopError(ctx, err)
 			return
 		case done:
+			st.spares.mixed = false // the next work may be of other tasks
 			c.scheduleNextDue(ctx, st)
 			return
 		}
 	}
 	// The pass ended on its bound with tasks perhaps left: come back at
 	// once, unless it won nothing (its statements all lost their tasks to
-	// other workers): then at the next poll, not in a loop.
-	if wonAny {
+	// other workers): then at the next poll, not in a loop. A claim from
+	// spares that missed comes back at once too, to read afresh (the
+	// spares are gone, so this does not loop either).
+	if wonAny || st.spares.missed {
 		c.wake()
 	}
 }
@@ -218,8 +222,11 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 // three commands, against one findAndModify per slot.
 const minBatchClaim = 4
 
-// sparing says claims keep spare candidates (see claimchoice.go).
-func (c *Consumer[P, R]) sparing() bool { return c.cfg.ClaimSpareFor > 0 }
+// sparesServe says a claim of k slots, fewer than a batch fills, goes by
+// the spare candidates (see claimchoice.go).
+func (c *Consumer[P, R]) sparesServe(st *claimState, k int) bool {
+	return st.backlog && st.spares.serves(k, time.Now(), c.cfg.ClaimSpareFor)
+}
 
 // takeSlots takes up to k free slots and returns how many it took.
 func (c *Consumer[P, R]) takeSlots(k int) int {
@@ -264,7 +271,7 @@ func (c *Consumer[P, R]) gathering(st *claimState, now time.Time) bool {
 // claimSlots claims up to k runs: alone with one findAndModify, or as a
 // batch. done says nothing else is claimable now.
 func (c *Consumer[P, R]) claimSlots(ctx context.Context, st *claimState, k int) (won []claimed, done bool, err error) {
-	if k > 1 || c.cfg.TargetedClaims || st.backlog && c.sparing() {
+	if k > 1 || c.cfg.TargetedClaims || c.sparesServe(st, k) {
 		return c.claimBatch(ctx, st, k)
 	}
 	if !st.peeked {
@@ -450,6 +457,7 @@ func isServerRefusal(err error) bool {
 // then on. If even that write is refused, this worker skips the task for
 // a while.
 func (c *Consumer[P, R]) refused(ctx context.Context, st *claimState, filter bson.D, cause error) {
+	st.spares.drop() // they may hold the task, to be set invalid or skipped
 	raw, err := c.coll.FindOne(ctx, filter, options.FindOne().SetSort(claimSort)).Raw()
 	if err != nil {
 		c.loopError(ctx, fmt.Errorf("mscheduler: claim refused (%v), and the task could not be identified: %w", cause, err))

@@ -8,8 +8,8 @@ import (
 
 // A batch claim reads its claims back (its third command) because a
 // statement that matched says nothing of the task it claimed. For a task
-// of concurrency 1 whose statement is also fenced on the rev it was read
-// with, it does: no other run holds it, and every change the library makes
+// of concurrency 1 whose statement is also fenced on the rev and creation
+// time it was read with, it does: no other run holds it, and every change the library makes
 // that a run can see raises rev, so the task as claimed is the candidate
 // with the claim's update applied. (A hand edit does not raise rev; one
 // landing between the read and the claim is seen by the next run, as one
@@ -36,6 +36,18 @@ func exactCandidate(raw bson.Raw) bool {
 		return false
 	}
 	return true
+}
+
+// asReadFence fences a claim of an exact candidate on the task being the
+// one read: the same rev (every change the library makes raises it) and
+// the same creation time (a task deleted and published again under its
+// key starts at rev 0 again).
+func asReadFence(raw bson.Raw) bson.D {
+	f := bson.D{{Key: fRev, Value: raw.Lookup(fRev)}}
+	if v := raw.Lookup(fCreatedAt); v.Type != 0 {
+		f = append(f, bson.E{Key: fCreatedAt, Value: v})
+	}
+	return f
 }
 
 // asClaimed is the task raw (an exact candidate) as the claim update

@@ -93,3 +93,68 @@ func TestClaimsFromSpares(t *testing.T) {
 		}
 	})
 }
+
+// TestSpareChangedSinceItsRead: a task changed after a claim read it as
+// a spare runs as changed: its params replaced (the change raises its
+// rev), or the task deleted and published again under its key (rev 0
+// again, but created anew); either way the claim from the spare misses.
+// The claim that missed reads afresh at once instead of waiting for the
+// poll (a minute here).
+func TestSpareChangedSinceItsRead(t *testing.T) {
+	for name, change := range map[string]func(*testing.T, *mscheduler.Producer[int]){
+		"params replaced": func(t *testing.T, p *mscheduler.Producer[int]) {
+			if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k02", Params: 100}, &mscheduler.PublishOpts{UpdateParams: true}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"deleted and published again": func(t *testing.T, p *mscheduler.Producer[int]) {
+			if err := p.Delete(ctxT(t), "k02", nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k02", Params: 100, RunAt: time.Now().Add(-time.Hour)}, nil); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) { spareChanged(t, change) })
+	}
+}
+
+func spareChanged(t *testing.T, change func(*testing.T, *mscheduler.Producer[int])) {
+	const n = 8
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	base := time.Now().Add(-time.Hour)
+	tasks := make([]mscheduler.Task[int], n)
+	for i := range tasks {
+		tasks[i] = mscheduler.Task[int]{Key: fmt.Sprintf("k%02d", i), Params: i, RunAt: base.Add(time.Duration(i) * time.Millisecond)}
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Capacity, cfg.PollInterval, cfg.ClaimSpareFor = 1, time.Minute, time.Minute
+	var mu sync.Mutex
+	seen := map[string]int{}
+	entered, release := make(chan struct{}), make(chan struct{})
+	startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+		mu.Lock()
+		seen[task.Key] = task.Params
+		mu.Unlock()
+		if task.Key == "k01" { // claimed by the read that kept k02 and on as spares
+			close(entered)
+			<-release
+		}
+		return 0, nil
+	}, cfg)
+	<-entered
+	change(t, p)
+	close(release)
+	ev.WaitCountWithin(t, 20*time.Second, mscheduler.EventSucceeded, n)
+	mu.Lock()
+	defer mu.Unlock()
+	if seen["k02"] != 100 {
+		t.Errorf("k02 ran with params %d, want 100 (changed after the spare was read)", seen["k02"])
+	}
+}

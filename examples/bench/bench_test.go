@@ -59,10 +59,12 @@ func TestTinyRun(t *testing.T) {
 					t.Errorf("W=%d %s: %s per task is %v, want a positive finite number", x.Workers, name, what, v)
 				}
 			}
-			// Every task is at least published (or inserted), claimed and
-			// completed: three writes.
-			if w := s.writesPerTask(); w < 3 {
-				t.Errorf("W=%d %s: %.2f writes per task, want at least 3", x.Workers, name, w)
+			// The raw loop writes each task three times: insert, claim,
+			// completion. The library publishes one by one too, and its
+			// claims and run ends come on top, several in one command
+			// when they are batched.
+			if w := s.writesPerTask(); name == "raw" && w < 3 || w <= 1 {
+				t.Errorf("W=%d %s: %.2f writes per task, want at least 3 (raw) or more than 1 (library)", x.Workers, name, w)
 			}
 		}
 	}
