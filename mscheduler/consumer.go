@@ -65,7 +65,7 @@ const (
 	EndBatchMaxDefault              = 64
 	EndBatchWindowDefault           = 2 * time.Millisecond
 	ClaimBatchWindowDefault         = 5 * time.Millisecond
-	ClaimSpareForDefault            = time.Second
+	ClaimSpareForDefault            = 3 * time.Second
 	ReleaseTimeoutDefault           = 5 * time.Second
 	TimeoutDefault                  = time.Hour
 	TimeoutGraceDefault             = 5 * time.Second

@@ -49,6 +49,7 @@ func libraryEndToEnd(ctx context.Context, e *env, workers, round int) (runStats,
 	for w := range workers {
 		consumers[w], err = mscheduler.NewConsumer(clients[w].Database(database).Collection(name), noop, &mscheduler.ConsumerConfig{
 			WorkerID: fmt.Sprintf("lib-%d", w), Capacity: e.cfg.Capacity, OnEvent: onEvent, Logger: e.logger,
+			ClaimSpareFor: max(e.cfg.SpareFor, mscheduler.NoClaimSpares),
 		})
 		if err != nil {
 			return runStats{}, err

@@ -79,6 +79,10 @@ type config struct {
 
 	Stall time.Duration // a phase with no progress for this long fails
 
+	// SpareFor is the consumers' ClaimSpareFor in the end-to-end phase:
+	// zero for the library's default, negative for none.
+	SpareFor time.Duration
+
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
 }
@@ -107,9 +111,9 @@ func (c config) flags() string {
 		ws[i] = strconv.Itoa(w)
 	}
 	return fmt.Sprintf("-tasks %d -rounds %d -workers %s -capacity %d -publish %d -batch %d -latency %d -rate %g "+
-		"-latency-workers %d -mem-pending %d -mem-settle %s -stall %s",
+		"-latency-workers %d -mem-pending %d -mem-settle %s -stall %s -claim-spare-for %s",
 		c.Tasks, c.Rounds, strings.Join(ws, ","), c.Capacity, c.Publish, c.Batch, c.Latency, c.Rate,
-		c.LatencyWorkers, c.MemPending, c.MemSettle, c.Stall)
+		c.LatencyWorkers, c.MemPending, c.MemSettle, c.Stall, c.SpareFor)
 }
 
 func (c config) validate() error {
@@ -148,6 +152,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.MemPending, "mem-pending", cfg.MemPending, "memory: not-yet-due tasks in the collection")
 	fs.DurationVar(&cfg.MemSettle, "mem-settle", cfg.MemSettle, "memory: how long the worker runs before it is measured")
 	fs.DurationVar(&cfg.Stall, "stall", cfg.Stall, "fail a phase that makes no progress for this long")
+	fs.DurationVar(&cfg.SpareFor, "claim-spare-for", cfg.SpareFor, "end to end: the consumers' ClaimSpareFor (0: the library's default; negative: no spares)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
