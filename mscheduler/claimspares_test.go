@@ -2,6 +2,7 @@ package mscheduler_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -156,5 +157,22 @@ func spareChanged(t *testing.T, change func(*testing.T, *mscheduler.Producer[int
 	defer mu.Unlock()
 	if seen["k02"] != 100 {
 		t.Errorf("k02 ran with params %d, want 100 (changed after the spare was read)", seen["k02"])
+	}
+}
+
+// TestClaimSpareForIsChecked: NoClaimSpares and durations up to a minute
+// are taken; anything else is refused naming the field.
+func TestClaimSpareForIsChecked(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	noop := func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }
+	for d, ok := range map[time.Duration]bool{0: true, mscheduler.NoClaimSpares: true, time.Minute: true, -2 * time.Second: false, 2 * time.Minute: false} {
+		_, err := mscheduler.NewConsumer(coll, noop, &mscheduler.ConsumerConfig{ClaimSpareFor: d})
+		var ie *mscheduler.InvalidError
+		switch {
+		case ok && err != nil:
+			t.Errorf("ClaimSpareFor %s: %v", d, err)
+		case !ok && (!errors.As(err, &ie) || ie.Field != "ClaimSpareFor"):
+			t.Errorf("ClaimSpareFor %s: got %v, want an InvalidError naming ClaimSpareFor", d, err)
+		}
 	}
 }
