@@ -8,9 +8,10 @@ import (
 
 // A batch claim reads its claims back (its third command) because a
 // statement that matched says nothing of the task it claimed. For a task
-// of concurrency 1 whose statement is also fenced on the rev and creation
-// time it was read with, it does: no other run holds it, and every change the library makes
-// that a run can see raises rev, so the task as claimed is the candidate
+// of concurrency 1 whose statement is also fenced on the rev, update and
+// creation times it was read with, it does: no other run holds it, and
+// every change the library makes that a run can see raises rev or sets
+// updated_at, so the task as claimed is the candidate
 // with the claim's update applied. (A hand edit does not raise rev; one
 // landing between the read and the claim is seen by the next run, as one
 // a moment after the claim would be.) When every statement of a batch is
@@ -39,13 +40,20 @@ func exactCandidate(raw bson.Raw) bool {
 }
 
 // asReadFence fences a claim of an exact candidate on the task being the
-// one read: the same rev (every change the library makes raises it) and
-// the same creation time (a task deleted and published again under its
-// key starts at rev 0 again).
+// one read: the same rev (every change a run makes raises it), the same
+// updated_at (every change the library makes sets it, Publish's included)
+// and the same created_at (a task deleted and published again under its
+// key starts at rev 0 again). A field the task lacks must still be
+// missing. Equalities only, so no hand-edited type can get the claim
+// refused.
 func asReadFence(raw bson.Raw) bson.D {
-	f := bson.D{{Key: fRev, Value: raw.Lookup(fRev)}}
-	if v := raw.Lookup(fCreatedAt); v.Type != 0 {
-		f = append(f, bson.E{Key: fCreatedAt, Value: v})
+	var f bson.D
+	for _, field := range []string{fRev, fUpdatedAt, fCreatedAt} {
+		if v := raw.Lookup(field); v.Type != 0 {
+			f = append(f, bson.E{Key: field, Value: v})
+		} else {
+			f = append(f, bson.E{Key: field, Value: op("$exists", false)})
+		}
 	}
 	return f
 }

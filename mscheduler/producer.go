@@ -429,15 +429,9 @@ func upsertModel(d *taskDoc, opts *PublishOpts) mongo.WriteModel {
 	if len(set) > 0 {
 		set = append(set, bson.E{Key: fUpdatedAt, Value: d.UpdatedAt})
 	}
-	if len(set) == 0 {
-		return mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(bson.D{{Key: "$setOnInsert", Value: insertFields(d, nil)}}).SetUpsert(true)
-	}
-	// A change a run can see raises rev, so that a claim fenced on the rev
-	// it read misses a task changed since (see claimlocal.go).
-	update := bson.D{
-		{Key: "$setOnInsert", Value: insertFields(d, append(slices.Clip(set), bson.E{Key: fRev}))},
-		{Key: "$set", Value: set},
-		{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}},
+	update := bson.D{{Key: "$setOnInsert", Value: insertFields(d, set)}}
+	if len(set) > 0 {
+		update = append(update, bson.E{Key: "$set", Value: set})
 	}
 	return mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update).SetUpsert(true)
 }

@@ -237,3 +237,39 @@ func TestEnsureIndexesIsIdempotent(t *testing.T) {
 		t.Errorf("retired index key_unique still there; have %v", names)
 	}
 }
+
+// TestPublishUpdatesPastAHandEditedRev: replacing params in bulk is not
+// stopped by a task whose rev was edited by hand into a string: every
+// task gets its new params, and the call succeeds.
+func TestPublishUpdatesPastAHandEditedRev(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	keys := []string{"a", "b", "c"}
+	tasks := make([]mscheduler.Task[int], len(keys))
+	for i, key := range keys {
+		tasks[i] = mscheduler.Task[int]{Key: key, Params: 1}
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coll.UpdateOne(ctxT(t), bson.D{{Key: "_id", Value: "a"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "rev", Value: "r"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range tasks {
+		tasks[i].Params = 2
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, &mscheduler.PublishOpts{UpdateParams: true}); err != nil {
+		t.Fatalf("PublishMany with UpdateParams: %v", err)
+	}
+	for _, key := range keys {
+		var doc struct {
+			Params int `bson:"params"`
+		}
+		if err := coll.FindOne(ctxT(t), bson.D{{Key: "_id", Value: key}}).Decode(&doc); err != nil {
+			t.Fatal(err)
+		}
+		if doc.Params != 2 {
+			t.Errorf("%s has params %d, want 2", key, doc.Params)
+		}
+	}
+}
