@@ -168,12 +168,10 @@ func (c *Consumer[P, R]) chooseCandidates(ctx context.Context, st *claimState, k
 	}
 	cands, err := c.candidates(ctx, claimFilter(c.cfg.WorkerID, c.cfg.Groups, st.skipped.keys(now), now), limit)
 	if err != nil {
-		st.spares.drop()
-		return nil, false, err
+		return nil, false, err // the spares are gone already: take found too few
 	}
 	chosen, spares := choose(cands, k, st.peers, st.rank)
-	st.spares.keep(spares, time.Now())
-	st.spares.mixed = slices.ContainsFunc(chosen, func(cd candidate) bool { return !cd.exact })
+	st.spares.keep(spares, chosen, time.Now())
 	return chosen, len(chosen) == len(cands), nil
 }
 

@@ -47,11 +47,14 @@ func choose(cands []candidate, k, peers, rank int) (chosen, spares []candidate) 
 	if peers < 1 || rank < 0 || rank >= peers {
 		return chooseAnywhere(cands, top, k)
 	}
-	taken := make([]bool, len(cands))
+	own, taken := make([]bool, len(cands)), make([]bool, len(cands))
+	for i, cd := range cands {
+		own[i] = shareOf(cd.Key, peers) == rank
+	}
 	for lo := 0; lo < len(cands) && len(chosen) < k; {
 		hi := lo + topPriority(cands[lo:])
 		for i := lo; i < hi && len(chosen) < k; i++ {
-			if shareOf(cands[i].Key, peers) == rank {
+			if own[i] {
 				chosen, taken[i] = append(chosen, cands[i]), true
 			}
 		}
@@ -63,7 +66,7 @@ func choose(cands []candidate, k, peers, rank int) (chosen, spares []candidate) 
 		lo = hi
 	}
 	for i := range top {
-		if !taken[i] && shareOf(cands[i].Key, peers) == rank {
+		if !taken[i] && own[i] {
 			spares = append(spares, cands[i])
 		}
 	}
@@ -112,9 +115,11 @@ type spareCandidates struct {
 	missed bool
 }
 
-// keep replaces the spares with cands, read at read.
-func (s *spareCandidates) keep(cands []candidate, read time.Time) {
-	s.cands, s.read = cands, read
+// keep replaces the spares with those of a read at read, in which chosen
+// were claimed.
+func (s *spareCandidates) keep(spares, chosen []candidate, read time.Time) {
+	s.cands, s.read = spares, read
+	s.mixed = slices.ContainsFunc(chosen, func(cd candidate) bool { return !cd.exact })
 }
 
 // holds says whether at least k spares are fresh at now: read less than

@@ -151,7 +151,7 @@ func TestChooseKeepsToTheHighestPriority(t *testing.T) {
 func TestSpareCandidatesServeWhileFresh(t *testing.T) {
 	read := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	var s spareCandidates
-	s.keep(samePriority(5), read)
+	s.keep(samePriority(5), nil, read)
 	if got := s.take(2, read.Add(100*time.Millisecond), time.Second); len(got) != 2 || got[0].Key != "k000" {
 		t.Fatalf("took %v, want k000 and k001", got)
 	}
@@ -161,11 +161,11 @@ func TestSpareCandidatesServeWhileFresh(t *testing.T) {
 	if got := s.take(3, read.Add(time.Second), time.Second); got != nil {
 		t.Fatalf("took %v at spareFor, want none", got)
 	}
-	s.keep(samePriority(5), read)
+	s.keep(samePriority(5), nil, read)
 	if got := s.take(6, read, time.Second); got != nil || s.holds(1, read, time.Second) {
 		t.Fatalf("took %v of 5, or kept them", got)
 	}
-	s.keep(samePriority(5), read)
+	s.keep(samePriority(5), nil, read)
 	if s.holds(1, read, 0) {
 		t.Fatal("spares hold with spareFor 0")
 	}
