@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -66,11 +67,29 @@ func (b *endBatcher) carry(models []mongo.WriteModel) (first bool) {
 }
 
 // takeCarried takes the statements carried and not sent yet.
-func (b *endBatcher) takeCarried() []mongo.WriteModel {
+func (b *endBatcher) takeCarried() []mongo.WriteModel { return b.takeCarriedUpTo(-1) }
+
+// takeRiders takes the carried statements that ride with a batch of
+// ends run ends: as many as fill it up to its bound (EndBatchMax, or
+// maxPullStatements if larger), no more.
+func (b *endBatcher) takeRiders(ends int) []mongo.WriteModel {
+	return b.takeCarriedUpTo(max(b.max, maxPullStatements) - ends)
+}
+
+// takeCarriedUpTo takes at most n of the statements carried (all of them
+// if n is negative); the rest wait for the next batch, or for whoever
+// carried them.
+func (b *endBatcher) takeCarriedUpTo(n int) []mongo.WriteModel {
 	b.carriedMu.Lock()
 	defer b.carriedMu.Unlock()
-	out := b.carried
-	b.carried = nil
+	if n < 0 || n > len(b.carried) {
+		n = len(b.carried)
+	}
+	out := slices.Clone(b.carried[:n])
+	b.carried = b.carried[n:]
+	if len(b.carried) == 0 {
+		b.carried = nil
+	}
 	return out
 }
 
@@ -168,8 +187,9 @@ func (b *endBatcher) flush(ctx context.Context, batch []*endRequest) {
 	}
 	// Carried statements go last, so that the indexes of the run ends'
 	// are their own; they match too unless their task was deleted, and
-	// then the read sorts the run ends out as after any miss.
-	models = append(models, b.takeCarried()...)
+	// then the read sorts the run ends out as after any miss. They fill
+	// the batch up to its bound, no further: see maxPullStatements.
+	models = append(models, b.takeRiders(len(models))...)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.writeTimeout)
 	defer cancel()
 	res, err := b.coll.BulkWrite(wctx, models, options.BulkWrite().SetOrdered(false))

@@ -280,3 +280,31 @@ func TestHistoryMarksRideWithRunEnds(t *testing.T) {
 		t.Errorf("%d history records, want %d", got, n)
 	}
 }
+
+// TestCommandsOfPullsAreBounded: history marks are removed in commands of
+// at most 64 statements, and a batch of run ends takes carried removals
+// only up to its bound: FerretDB holds a pool connection per statement of
+// an update until the command ends, and a command of more statements than
+// its pool (100 on SQLite) wedged the development server.
+func TestCommandsOfPullsAreBounded(t *testing.T) {
+	pulls := &updateStatements{match: func(st bson.Raw) bool { return st.Lookup("u", "$unset").Type != 0 }}
+	client := mschedulertest.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{Started: pulls.started}))
+	coll := dbCollection(client, mschedulertest.Collection(t))
+	keys := make([]string, 150)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%03d", i)
+	}
+	if err := mscheduler.SendPullsFor(ctxT(t), coll, keys); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(pulls.snapshot()); got != "[64 64 22]" {
+		t.Errorf("150 removals sent in commands of %s statements, want [64 64 22]", got)
+	}
+	for _, c := range []struct{ max, ends, carried, taken, left int }{
+		{64, 60, 150, 4, 146}, {64, 64, 10, 0, 10}, {64, 2, 10, 10, 0}, {1, 2, 100, 62, 38}, {200, 64, 300, 136, 164},
+	} {
+		if taken, left := mscheduler.CarriedTaken(c.max, c.ends, c.carried); taken != c.taken || left != c.left {
+			t.Errorf("EndBatchMax %d, %d run ends, %d carried: took %d and left %d, want %d and %d", c.max, c.ends, c.carried, taken, left, c.taken, c.left)
+		}
+	}
+}

@@ -186,3 +186,22 @@ func CarriedPulls[P, R any](c *Consumer[P, R]) int {
 	defer c.ends.carriedMu.Unlock()
 	return len(c.ends.carried)
 }
+
+// SendPullsFor removes the history marks of one run of each key, as the
+// historian does once their records are written.
+func SendPullsFor(ctx context.Context, coll *mongo.Collection, keys []string) error {
+	logged := map[string][]string{}
+	for _, key := range keys {
+		logged[key] = []string{"run-of-" + key}
+	}
+	return sendPulls(ctx, coll, pullStatements(logged))
+}
+
+// CarriedTaken is how many of carried statements a batch of ends run
+// ends of a batcher of maxBatch takes with it, and how many it leaves.
+func CarriedTaken(maxBatch, ends, carried int) (taken, left int) {
+	b := &endBatcher{max: maxBatch}
+	b.carry(make([]mongo.WriteModel, carried))
+	taken = len(b.takeRiders(ends))
+	return taken, len(b.takeCarried())
+}

@@ -92,13 +92,20 @@ func pullStatements(logged map[string][]string) []mongo.WriteModel {
 	return models
 }
 
-// sendPulls sends statements of pullStatements in one command.
+// maxPullStatements bounds the statements of one command that removes
+// history marks: FerretDB keeps a pool connection per statement of an
+// update until the command ends, and a command of more statements than
+// its pool holds (100 on SQLite) waits forever, and with it every command
+// behind it at the development server's front.
+const maxPullStatements = 64
+
+// sendPulls sends statements of pullStatements, in commands of at most
+// maxPullStatements.
 func sendPulls(ctx context.Context, coll *mongo.Collection, models []mongo.WriteModel) error {
-	if len(models) == 0 {
-		return nil
-	}
-	if _, err := coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
-		return fmt.Errorf("mscheduler: mark run history written: %w", err)
+	for chunk := range slices.Chunk(models, maxPullStatements) {
+		if _, err := coll.BulkWrite(ctx, chunk, options.BulkWrite().SetOrdered(false)); err != nil {
+			return fmt.Errorf("mscheduler: mark run history written: %w", err)
+		}
 	}
 	return nil
 }
