@@ -51,6 +51,7 @@ type candidate struct {
 	WorkerTimeoutMS int64
 	raw             bson.Raw // the task as read, without its runs
 	exact           bool     // see exactCandidate
+	contended       bool     // see contendedCandidate
 }
 
 // candidateOf reads a candidate; a task whose _id is not a string is not
@@ -62,7 +63,25 @@ func candidateOf(raw bson.Raw) (candidate, bool) {
 	}
 	priority, _ := raw.Lookup(fPriority).AsInt64OK()
 	timeout, _ := raw.Lookup(fWorkerTimeoutMS).AsInt64OK()
-	return candidate{Key: key, Priority: priority, WorkerTimeoutMS: timeout, raw: raw, exact: exactCandidate(raw)}, true
+	return candidate{Key: key, Priority: priority, WorkerTimeoutMS: timeout, raw: raw,
+		exact: exactCandidate(raw), contended: contendedCandidate(raw)}, true
+}
+
+// contendedCandidate says two consumers claiming the candidate at once
+// would spend a statement each on one run: a task of concurrency 1 that
+// any consumer may run. A task of higher concurrency has a run for each
+// (see choose), and one with an allow-list is for the workers it names,
+// whatever their shares.
+func contendedCandidate(raw bson.Raw) bool {
+	if conc, ok := raw.Lookup(fConcurrency).AsInt64OK(); !ok || conc != 1 {
+		return false
+	}
+	ids, ok := raw.Lookup(fWorkerIDs).ArrayOK()
+	if !ok {
+		return true
+	}
+	vals, err := ids.Values()
+	return err == nil && len(vals) == 0
 }
 
 // claimBatch claims up to k runs, from spares if it holds k fresh ones
@@ -76,7 +95,7 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 	if !fromSpares {
 		var err error
 		if chosen, tried, err = c.chooseCandidates(ctx, st, k, now); err != nil || len(chosen) == 0 {
-			return nil, err == nil, err
+			return nil, err == nil && !st.heldBack, err
 		}
 	}
 	for _, cd := range chosen {
@@ -107,6 +126,9 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 		// are likely stale too. After a refusal, they may hold its task.
 		st.spares.drop()
 		st.spares.missed = st.spares.missed || fromSpares
+	}
+	if werr == nil && res.MatchedCount < int64(len(chosen)) {
+		st.lostTasks(c.clock.Now())
 	}
 	if werr == nil && exact && res.MatchedCount == int64(len(chosen)) {
 		if won, ok := c.claimedAsRead(st, chosen, runIDs, now); ok {
@@ -160,8 +182,18 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 }
 
 // chooseCandidates reads candidates and chooses k of them, keeping the
-// spares. tried says every candidate read was chosen.
+// spares. tried says every candidate read was chosen. When it leaves
+// candidates of other shares to their consumers for a moment (see
+// passOver), it says so in st.heldBack and looks again then.
 func (c *Consumer[P, R]) chooseCandidates(ctx context.Context, st *claimState, k int, now time.Time) ([]candidate, bool, error) {
+	if !st.readBefore {
+		// Consumers started together announced one after the other: the
+		// first announces knew of few of the others, and the shares below
+		// rest on the view.
+		st.readBefore, st.announceAt = true, time.Time{}
+	}
+	// Due, or brought forward by lost tasks.
+	c.announceIfDue(ctx, st)
 	limit := k * max(claimSpread, min(st.peers, maxClaimSpread)) // for workers to choose apart
 	if c.cfg.ClaimSpareFor > 0 {
 		limit = max(2*limit, minSpareRead)
@@ -170,10 +202,28 @@ func (c *Consumer[P, R]) chooseCandidates(ctx context.Context, st *claimState, k
 	if err != nil {
 		return nil, false, err // the spares are gone already: take found too few
 	}
-	chosen, spares := choose(cands, k, st.peers, st.rank)
+	read, wait := time.Now(), c.passOverWait(st)
+	st.passOver.see(cands, st.peers, st.rank, read)
+	passed := func(cd candidate) bool { return st.passOver.passed(cd, read, wait) }
+	chosen, spares, held := choose(cands, k, st.peers, st.rank, passed)
 	st.spares.keep(spares, chosen, time.Now())
+	if held {
+		st.heldBack, st.heldUntil = true, now.Add(st.passOver.untilNext(read, wait))
+		st.due.add(st.heldUntil)
+	}
 	return chosen, len(chosen) == len(cands), nil
 }
+
+// passOverWait is how long a consumer leaves a task of another share to
+// its own consumer: twice the round trip of its last claim, so that a
+// consumer with free slots has had the time to claim it, within
+// [passOverMin, the poll interval].
+func (c *Consumer[P, R]) passOverWait(st *claimState) time.Duration {
+	return max(passOverMin, min(2*st.claimLatency, c.pollInterval()))
+}
+
+// passOverMin is the shortest passOverWait.
+const passOverMin = 50 * time.Millisecond
 
 // minSpareRead is the fewest candidates a claim reads when it keeps
 // spares: a consumer claiming one slot at a time then reads once for

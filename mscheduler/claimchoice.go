@@ -14,6 +14,15 @@ import (
 // whenever a consumer reads, as tasks are claimed and the list moves on,
 // so consumers reading a moment apart still choose apart.
 //
+// A consumer takes a task of another share only once it was passed over:
+// seen by an earlier read of this consumer at least a moment before (see
+// passOver). Its own consumer, with free slots, claims it within that
+// moment; one with no free slot, or gone, leaves it, and the others take
+// it then. Taken at once, it was claimed twice over whenever the work ran
+// short of the slots (at the end of a backlog, or while consumers join
+// and their shares move), and the statement that lost it, each a scan of
+// the collection on a server without indexes, cost more than the claim.
+//
 // The candidates of its share that a claim did not choose are its spares:
 // while work is waiting, the next claims take them, within ClaimSpareFor,
 // without reading candidates again. Every claim statement is fenced, so a
@@ -21,37 +30,46 @@ import (
 
 // shareOf is the share among peers that a task key falls in.
 func shareOf(key string, peers int) int {
+	return int(fnvOf(key) % uint32(peers))
+}
+
+// fnvOf is the FNV-1a hash of a task key.
+func fnvOf(key string) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(key))
-	return int(h.Sum32() % uint32(peers))
+	return h.Sum32()
 }
 
 // choose picks k of the candidates (fewer if there are fewer), in claim
 // order by priority: first those of the highest priority, then the next,
 // and so on. Within a priority a consumer of rank rank among peers takes
 // the candidates of its share in claim order, then, if they are too few,
-// the others from the last (the least likely to be taken by their own
-// consumer soon); one alone takes them all in claim order. A consumer that
-// does not know yet how many are alive, or holds a stale rank, takes a run
-// of k at a random place among the highest priority.
+// the others that passed says it may take (nil: all), from the last (the
+// least likely to be taken by their own consumer soon); one alone takes
+// them all in claim order. held says it left some of another share that
+// it would have taken: it then takes none of a lower priority, so that
+// priority order holds when it takes them later. A consumer that does not
+// know yet how many are alive, or holds a stale rank, takes a run of k at
+// a random place among the highest priority.
 //
 // It also returns the spares: the candidates of its share and of the
 // highest priority that it did not choose, in claim order. Spares of a
 // lower priority are not kept: they would go before the highest-priority
 // tasks of other shares.
-func choose(cands []candidate, k, peers, rank int) (chosen, spares []candidate) {
+func choose(cands []candidate, k, peers, rank int, passed func(candidate) bool) (chosen, spares []candidate, held bool) {
 	if len(cands) == 0 || k <= 0 {
-		return nil, nil
+		return nil, nil, false
 	}
 	top := topPriority(cands)
 	if peers < 1 || rank < 0 || rank >= peers {
-		return chooseAnywhere(cands, top, k)
+		chosen, spares = chooseAnywhere(cands, top, k)
+		return chosen, spares, false
 	}
 	own, taken := make([]bool, len(cands)), make([]bool, len(cands))
 	for i, cd := range cands {
 		own[i] = shareOf(cd.Key, peers) == rank
 	}
-	for lo := 0; lo < len(cands) && len(chosen) < k; {
+	for lo := 0; lo < len(cands) && len(chosen) < k && !held; {
 		hi := lo + topPriority(cands[lo:])
 		for i := lo; i < hi && len(chosen) < k; i++ {
 			if own[i] {
@@ -59,8 +77,12 @@ func choose(cands []candidate, k, peers, rank int) (chosen, spares []candidate) 
 			}
 		}
 		for i := hi - 1; i >= lo && len(chosen) < k; i-- {
-			if !taken[i] {
+			switch {
+			case taken[i]:
+			case passed == nil || passed(cands[i]):
 				chosen, taken[i] = append(chosen, cands[i]), true
+			default:
+				held = true
 			}
 		}
 		lo = hi
@@ -70,7 +92,7 @@ func choose(cands []candidate, k, peers, rank int) (chosen, spares []candidate) 
 			spares = append(spares, cands[i])
 		}
 	}
-	return chosen, spares
+	return chosen, spares, held
 }
 
 // chooseAnywhere takes a run of k at a random place among the top
@@ -148,4 +170,76 @@ func (s *spareCandidates) drop() { s.cands = nil }
 // last read found tasks of concurrency 1 only.
 func (s *spareCandidates) serves(k int, now time.Time, spareFor time.Duration) bool {
 	return spareFor > 0 && (s.holds(k, now, spareFor) || !s.mixed)
+}
+
+// passOver remembers when this consumer first saw each contended
+// candidate of another share, so that it takes one only once passed over.
+// It belongs to the claim loop.
+type passOver struct {
+	seen        map[string]time.Time // key: first seen, on the monotonic clock
+	peers, rank int                  // the shares of the last read
+}
+
+// see records the contended candidates of other shares in a read at now,
+// keeping when those seen before were first seen, and forgets the rest: a
+// task that left the candidates and came back is new again.
+func (p *passOver) see(cands []candidate, peers, rank int, now time.Time) {
+	seen := make(map[string]time.Time, len(p.seen))
+	p.peers, p.rank = peers, rank
+	for _, cd := range cands {
+		if !p.waitsFor(cd) {
+			continue
+		}
+		first, ok := p.seen[cd.Key]
+		if !ok {
+			first = now
+		}
+		seen[cd.Key] = first
+	}
+	p.seen = seen
+}
+
+// waitsFor says a candidate is contended and of another share than this
+// consumer's, as of the last read.
+func (p *passOver) waitsFor(cd candidate) bool {
+	return cd.contended && p.peers > 1 && shareOf(cd.Key, p.peers) != p.rank
+}
+
+// passed says this consumer may take cd at now: it does not wait for it,
+// or cd was first seen at least wait before and this consumer is its
+// helper, or twice wait before (its helper may be busy or gone too).
+func (p *passOver) passed(cd candidate, now time.Time, wait time.Duration) bool {
+	if !p.waitsFor(cd) {
+		return true
+	}
+	first, ok := p.seen[cd.Key]
+	age := now.Sub(first)
+	return ok && (age >= 2*wait || age >= wait && helperOf(cd.Key, p.peers) == p.rank)
+}
+
+// untilNext is how long after now the first of the candidates seen that
+// have not passed yet passes.
+func (p *passOver) untilNext(now time.Time, wait time.Duration) time.Duration {
+	next := 2 * wait
+	for key, first := range p.seen {
+		at := first.Add(2 * wait)
+		if helperOf(key, p.peers) == p.rank {
+			at = first.Add(wait)
+		}
+		if d := at.Sub(now); d > 0 && d < next {
+			next = d
+		}
+	}
+	return next
+}
+
+// helperOf is the consumer that takes a task of another share first, once
+// passed over: another for each task of a share, so that the others
+// helping with a share do not all take the same tasks (from the last)
+// and lose them to one another, and a share left by a consumer gone is
+// spread over all of them.
+func helperOf(key string, peers int) int {
+	h := fnvOf(key)
+	owner := int(h % uint32(peers))
+	return (owner + 1 + int(h/uint32(peers)%uint32(peers-1))) % peers
 }

@@ -44,7 +44,7 @@ func TestChooseSpreadsPeersApart(t *testing.T) {
 			taken := map[string]int{}
 			var spares []candidate
 			for rank := range c.peers {
-				chosen, spare := choose(cands, c.k, c.peers, rank)
+				chosen, spare, _ := choose(cands, c.k, c.peers, rank, nil)
 				if len(chosen) != c.k {
 					t.Fatalf("rank %d chose %d, want %d", rank, len(chosen), c.k)
 				}
@@ -76,7 +76,7 @@ func TestChooseSpreadsPeersApart(t *testing.T) {
 func TestChooseApartWhenReadingApart(t *testing.T) {
 	const peers, k = 4, 8
 	cands := balanced(peers*k*4, peers)
-	first, spares := choose(cands, k, peers, 0)
+	first, spares, _ := choose(cands, k, peers, 0, nil)
 	gone := map[string]bool{}
 	for _, cd := range first {
 		gone[cd.Key] = true
@@ -91,7 +91,7 @@ func TestChooseApartWhenReadingApart(t *testing.T) {
 		gone[cd.Key] = true
 	}
 	for rank := 1; rank < peers; rank++ {
-		chosen, _ := choose(later, k, peers, rank)
+		chosen, _, _ := choose(later, k, peers, rank, nil)
 		for _, cd := range chosen {
 			if gone[cd.Key] {
 				t.Errorf("rank %d chose %s, chosen or kept by rank 0", rank, cd.Key)
@@ -105,7 +105,7 @@ func TestChooseApartWhenReadingApart(t *testing.T) {
 // priority, and keeps no spares.
 func TestChooseFillsFromOtherSharesLast(t *testing.T) {
 	cands := balanced(8, 4) // two of each share
-	chosen, spares := choose(cands, 4, 4, 1)
+	chosen, spares, _ := choose(cands, 4, 4, 1, nil)
 	got := ""
 	for _, cd := range chosen {
 		got += cd.Key + " "
@@ -113,6 +113,120 @@ func TestChooseFillsFromOtherSharesLast(t *testing.T) {
 	want := cands[1].Key + " " + cands[5].Key + " " + cands[7].Key + " " + cands[6].Key + " "
 	if got != want || len(spares) != 0 {
 		t.Errorf("chose %s with %d spares, want %s and none", got, len(spares), want)
+	}
+}
+
+// TestChooseLeavesOtherSharesUntilPassedOver: a consumer whose share is
+// short takes contended candidates of other shares only where passed says
+// so; one it leaves makes it say held and take nothing of a lower
+// priority. Candidates that are not contended are taken at once.
+func TestChooseLeavesOtherSharesUntilPassedOver(t *testing.T) {
+	cands := balanced(8, 4) // two of each share
+	for i := range cands {
+		cands[i].contended = true
+	}
+	lower := balanced(16, 4)[8:]
+	for i := range lower {
+		lower[i].Priority, lower[i].contended = -1, true
+	}
+	all := slices.Concat(cands, lower)
+	mine := func(cd candidate) bool { return shareOf(cd.Key, 4) == 1 }
+	never := func(candidate) bool { return false }
+
+	chosen, _, held := choose(all, 4, 4, 1, never)
+	if !held || len(chosen) != 2 || !mine(chosen[0]) || !mine(chosen[1]) || chosen[0].Priority != 0 || chosen[1].Priority != 0 {
+		t.Errorf("nothing passed over: chose %v, held %v; want the 2 of its share of the highest priority, held", chosen, held)
+	}
+	passed := func(cd candidate) bool { return cd.Key == cands[6].Key }
+	chosen, _, held = choose(all, 4, 4, 1, passed)
+	if !held || len(chosen) != 3 || chosen[2].Key != cands[6].Key {
+		t.Errorf("one passed over: chose %v, held %v; want its 2 and %s, held", chosen, held, cands[6].Key)
+	}
+	chosen, _, held = choose(all, 4, 4, 1, func(candidate) bool { return true })
+	if held || len(chosen) != 4 {
+		t.Errorf("all passed over: chose %d, held %v; want 4, not held", len(chosen), held)
+	}
+	for i := range all {
+		all[i].contended = false
+	}
+	chosen, _, held = choose(all, 4, 4, 1, func(cd candidate) bool { return !cd.contended })
+	if held || len(chosen) != 4 {
+		t.Errorf("none contended: chose %d, held %v; want 4, not held", len(chosen), held)
+	}
+}
+
+// TestPassOverCountsFromTheFirstRead: a contended candidate of another
+// share passes for its helper once first seen at least the wait before,
+// and for any other consumer twice the wait before; one that left a read
+// and came back counts afresh; the consumer's own share, tasks not
+// contended, and a consumer alone are never kept waiting.
+func TestPassOverCountsFromTheFirstRead(t *testing.T) {
+	const peers, rank, wait = 4, 1, time.Second
+	var own, helped, other, free candidate
+	for i := 0; own.Key == "" || helped.Key == "" || other.Key == "" || free.Key == ""; i++ {
+		cd := candidate{Key: fmt.Sprintf("t%04d", i), contended: true}
+		switch {
+		case shareOf(cd.Key, peers) == rank:
+			own = cd
+		case helperOf(cd.Key, peers) == rank:
+			helped = cd
+		case other.Key == "":
+			other = cd
+		default:
+			free = cd
+			free.contended = false
+		}
+	}
+	cands := []candidate{own, helped, other, free}
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	var p passOver
+	p.see(cands, peers, rank, t0)
+	if p.passed(helped, t0, wait) || p.passed(other, t0, wait) || !p.passed(own, t0, wait) || !p.passed(free, t0, wait) {
+		t.Fatal("at the first read: another share's contended task passed, or the own share or a task not contended did not")
+	}
+	half, one, two := t0.Add(wait/2), t0.Add(wait), t0.Add(2*wait)
+	p.see(cands, peers, rank, half)
+	if p.passed(helped, half, wait) || !p.passed(helped, one, wait) {
+		t.Fatal("the helper's wait is not counted from the first read")
+	}
+	if p.passed(other, one, wait) || !p.passed(other, two, wait) {
+		t.Fatal("another consumer's wait is not twice the helper's")
+	}
+	if d := p.untilNext(half, wait); d != wait/2 {
+		t.Errorf("half a wait in: the next passes in %v, want %v (the helped one's)", d, wait/2)
+	}
+	if d := p.untilNext(one, wait); d != wait {
+		t.Errorf("a wait in: the next passes in %v, want %v (the other's)", d, wait)
+	}
+	p.see(cands[:1], peers, rank, one)
+	p.see(cands, peers, rank, two)
+	if p.passed(helped, two, wait) {
+		t.Fatal("a task that left the candidates and came back kept its first sight")
+	}
+	var alone passOver
+	alone.see(cands, 1, 0, t0)
+	if !alone.passed(other, t0, wait) {
+		t.Fatal("a consumer alone is kept waiting")
+	}
+}
+
+// TestHelpersSpreadOverTheOthers: the helpers of a share's tasks are the
+// other consumers, each about as often, never the share's own.
+func TestHelpersSpreadOverTheOthers(t *testing.T) {
+	const peers, n = 8, 8000
+	count := make([]int, peers)
+	for i := range n {
+		key := fmt.Sprintf("task-%06d", i)
+		h := helperOf(key, peers)
+		if h == shareOf(key, peers) || h < 0 || h >= peers {
+			t.Fatalf("%s of share %d has helper %d", key, shareOf(key, peers), h)
+		}
+		count[h]++
+	}
+	for r, c := range count {
+		if c < n/peers*8/10 || c > n/peers*12/10 {
+			t.Errorf("consumer %d helps with %d of %d tasks, want about %d", r, c, n, n/peers)
+		}
 	}
 }
 
@@ -128,7 +242,7 @@ func TestChooseKeepsToTheHighestPriority(t *testing.T) {
 	cands := candidatesOf(priorities...)
 	for _, c := range []struct{ peers, rank int }{{0, 0}, {1, 0}, {4, 0}, {4, 3}, {2, 7}, {2, 1}} {
 		for range 50 {
-			chosen, spares := choose(cands, 4, c.peers, c.rank)
+			chosen, spares, _ := choose(cands, 4, c.peers, c.rank, nil)
 			for _, cd := range slices.Concat(chosen, spares) {
 				if cd.Priority != 5 {
 					t.Fatalf("peers %d rank %d chose or kept %s of priority %d", c.peers, c.rank, cd.Key, cd.Priority)
@@ -136,10 +250,10 @@ func TestChooseKeepsToTheHighestPriority(t *testing.T) {
 			}
 		}
 	}
-	if got, _ := choose(candidatesOf(1, 1, 0, 0), 16, 4, 2); len(got) != 4 {
+	if got, _, _ := choose(candidatesOf(1, 1, 0, 0), 16, 4, 2, nil); len(got) != 4 {
 		t.Errorf("with fewer candidates than slots, chose %d of 4", len(got))
 	}
-	got, _ := choose(candidatesOf(1, 1, 0, 0, 0, 0), 3, 2, 0)
+	got, _, _ := choose(candidatesOf(1, 1, 0, 0, 0, 0), 3, 2, 0, nil)
 	if len(got) != 3 || got[0].Priority != 1 || got[1].Priority != 1 {
 		t.Errorf("chose %v, want both of priority 1 first", got)
 	}

@@ -33,8 +33,10 @@ const maxSkipped = 100
 
 // claimLoop is the consumer's owner loop for claiming. It claims while it
 // has free slots and claimable tasks, then sleeps until the earliest of: a
-// wake (a run ended, a change stream event), the next due time it knows of
-// (a future run_at, a lease that may lapse), or the jittered poll.
+// wake (a publish in this process, a change stream event, a run end that
+// may have made a task claimable, a run over while work is waiting), the
+// next due time it knows of (a future run_at, a lease that may lapse), or
+// the jittered poll.
 func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
 	st := &claimState{}
 	timer := time.NewTimer(0)
@@ -45,8 +47,8 @@ func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
 		// pass does. Without a measure, no claim: its lease would rest on
 		// a stale clock.
 		clockErr := c.clock.ensure(ctx, c.coll.Database())
+		c.announceIfDue(ctx, st) // first: the sweep's interval is spread by the peers
 		c.sweepIfDue(ctx, st)
-		c.announceIfDue(ctx, st)
 		c.maintainIfDue(ctx, st)
 		c.checkIfDue(ctx, st)
 		// A timer of the sweep or the maintenance alone is no reason to
@@ -65,6 +67,11 @@ func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
 			return
 		case <-c.wakeCh:
 			woken = true
+		case <-c.slotFreed:
+			// With no work waiting at the last claim, or only other
+			// shares' for a moment, a freed slot has nothing to claim: the
+			// next poll, due time or wake looks again.
+			woken = st.backlog && !c.clock.Now().Before(st.heldUntil)
 		case <-timer.C:
 			woken = false
 		}
@@ -115,6 +122,8 @@ type claimState struct {
 	// last announce, this one included (see spreadOut); peersGone are the
 	// ones it found lapsed, for the maintenance holder to forget.
 	announceAt time.Time
+	announced  time.Time // the last announce
+	readBefore bool      // a batch claim read candidates before
 	peers      int
 	rank       int // this consumer's place among the peers (see choose)
 	peersGone  []string
@@ -122,6 +131,12 @@ type claimState struct {
 	// slots goes anyway (see gathering).
 	gatherUntil time.Time
 	spares      spareCandidates // for the next claims while work waits
+	passOver    passOver        // when candidates of other shares were first seen
+	// heldBack says the pass's last claim left candidates of other shares
+	// to their consumers for a moment, until heldUntil: the pass ends, and
+	// a due time brings the next look (freed slots do not, before it).
+	heldBack  bool
+	heldUntil time.Time
 }
 
 func (c *Consumer[P, R]) pollInterval() time.Duration {
@@ -174,6 +189,7 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 	// At least one claim per pass, so that sweeps never starve claims.
 	wonAny := false
 	st.spares.missed = false
+	st.heldBack = false
 	for n := 0; n < c.cfg.Capacity && ctx.Err() == nil && (n == 0 || c.clock.Now().Before(st.sweepAt)); {
 		want := min(c.cfg.ClaimBatchMax, c.cfg.Capacity-n)
 		if !c.cfg.TargetedClaims && (!st.backlog || want < minBatchClaim && !c.sparesServe(st, want)) {
@@ -206,6 +222,8 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 			st.spares.mixed = false // the next work may be of other tasks
 			c.scheduleNextDue(ctx, st)
 			return
+		case st.heldBack:
+			return // the others' work is looked at again when due
 		}
 	}
 	// The pass ended on its bound with tasks perhaps left: come back at

@@ -417,6 +417,9 @@ type Consumer[P, R any] struct {
 	ends    *endBatcher // nil when run ends are written alone
 	history *historian
 	wakeCh  chan struct{} // buffered 1: something may have become claimable
+	// slotFreed, buffered 1: a run is over and its end changed nothing
+	// claimable; the claim loop claims for it only while work is waiting.
+	slotFreed chan struct{}
 
 	// leader says this consumer held the maintenance lease at its last
 	// try; written by the claim loop, read by anyone.
@@ -469,13 +472,14 @@ func NewConsumer[P, R any](coll *mongo.Collection, handler Handler[P, R], cfg *C
 	con := &Consumer[P, R]{
 		// Claims, run ends and pings read what they just wrote: only the
 		// primary has it for sure.
-		coll:    coll.Clone(options.Collection().SetWriteConcern(c.WriteConcern).SetReadPreference(readpref.Primary())),
-		handler: handler,
-		cfg:     c,
-		clock:   newServerClock(c.Clock, c.Monotonic, c.ClockSyncInterval),
-		log:     c.Logger.With("worker_id", c.WorkerID, "collection", coll.Name()),
-		slots:   semaphore.NewWeighted(int64(c.Capacity)),
-		wakeCh:  make(chan struct{}, 1),
+		coll:      coll.Clone(options.Collection().SetWriteConcern(c.WriteConcern).SetReadPreference(readpref.Primary())),
+		handler:   handler,
+		cfg:       c,
+		clock:     newServerClock(c.Clock, c.Monotonic, c.ClockSyncInterval),
+		log:       c.Logger.With("worker_id", c.WorkerID, "collection", coll.Name()),
+		slots:     semaphore.NewWeighted(int64(c.Capacity)),
+		wakeCh:    make(chan struct{}, 1),
+		slotFreed: make(chan struct{}, 1),
 	}
 	con.pinger = newPinger(con.coll, c.WorkerID, c.Groups, con.clock, con.emit, con.log, &con.caps, c.PingBatchMax)
 	if c.EndBatchMax > 1 {

@@ -37,7 +37,7 @@ func (c *Consumer[P, R]) startRun(doc *taskDoc, task *Task[P], claimLatency time
 		defer c.running.Done()
 		// The slot is free before the wake, so that the claim loop the wake
 		// sets off finds it.
-		defer c.wake()
+		defer c.wakeAfterRun(r)
 		defer c.releaseRunSlot(r)
 		defer cancel(nil)
 		c.execute(ctx, r, task)
@@ -79,8 +79,25 @@ func (c *Consumer[P, R]) execute(ctx context.Context, r *activeRun, task *Task[P
 		end.record.Error = c.capError(err.Error())
 	}
 	r.ending = true
+	r.requeues = end.record.Outcome != OutcomeSucceeded || end.advance != nil
 	c.ending.Add(1)
 	c.writeEnd(r, end)
+}
+
+// wakeAfterRun tells the claim loop that a run is over. Its freed slot is
+// a reason to claim only while work is waiting; its end is one whenever it
+// may have made a task claimable: a failed run leaves its task to be tried
+// again (the claim that finds it not due yet learns when it is), a plan
+// moves on to its next time.
+func (c *Consumer[P, R]) wakeAfterRun(r *activeRun) {
+	if r.requeues {
+		c.wake()
+		return
+	}
+	select {
+	case c.slotFreed <- struct{}{}:
+	default:
+	}
 }
 
 // releaseRunSlot frees the slot of a run that is over. A run that was

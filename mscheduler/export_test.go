@@ -205,3 +205,14 @@ func CarriedTaken(maxBatch, ends, carried int) (taken, left int) {
 	taken = len(b.takeRiders(ends))
 	return taken, len(b.takeCarried())
 }
+
+// ShareOf is the share among peers that a task key falls in (see choose).
+func ShareOf(key string, peers int) int { return shareOf(key, peers) }
+
+// PassOverMin is the least a consumer leaves a task of another share to
+// its own consumer; ReannounceGap bounds how often lost tasks bring an
+// announce forward.
+const (
+	PassOverMin   = passOverMin
+	ReannounceGap = reannounceGap
+)

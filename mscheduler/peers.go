@@ -69,12 +69,30 @@ func (c *Consumer[P, R]) announceIfDue(ctx context.Context, st *claimState) {
 	if st.announceAt.IsZero() {
 		every = min(every, announceSoon)
 	}
-	st.announceAt = now.Add(jitter(every))
+	st.announceAt, st.announced = now.Add(jitter(every)), now
 	view, err := c.announce(ctx, now)
 	if err != nil {
 		c.loopError(ctx, err)
 	}
+	if view.alive != st.peers || view.rank != st.rank {
+		st.spares.drop() // chosen by shares that moved
+	}
 	st.peers, st.rank, st.peersGone = view.alive, view.rank, view.gone
+}
+
+// reannounceGap bounds how often claims that lost tasks bring the next
+// announce forward.
+const reannounceGap = time.Second
+
+// lostTasks brings the next announce forward, once reannounceGap has
+// passed since the last, when a claim lost tasks to other consumers: its
+// view of the consumers alive, which its share rests on, may be stale (one
+// joined since, and took tasks of the share this consumer still thinks
+// its own).
+func (st *claimState) lostTasks(now time.Time) {
+	if now.Sub(st.announced) >= reannounceGap && now.Before(st.announceAt) {
+		st.announceAt = now
+	}
 }
 
 // peerView is what an announce learns of the consumers of the collection.

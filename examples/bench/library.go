@@ -8,6 +8,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
 )
@@ -67,10 +68,16 @@ func libraryEndToEnd(ctx context.Context, e *env, workers, round int) (runStats,
 	st.Publish = time.Since(start)
 
 	drainStart := time.Now()
+	// At once, as W worker processes would: started one after the other,
+	// each Start waits behind the commands of those already claiming, and
+	// the last joins seconds later, moving every worker's share of the
+	// tasks as it does.
+	var g errgroup.Group
 	for _, c := range consumers {
-		if err := c.Start(ctx); err != nil {
-			return st, err
-		}
+		g.Go(func() error { return c.Start(ctx) })
+	}
+	if err := g.Wait(); err != nil {
+		return st, err
 	}
 	err = done.wait(ctx, e.cfg.Stall)
 	st.Drain = time.Since(drainStart)

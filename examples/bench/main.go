@@ -20,8 +20,9 @@
 // its phase is done with it):
 //
 //  1. end to end, for each -workers W: publish -tasks tasks one by one, then
-//     W consumers (each its own client, its own worker id) of -capacity
-//     slots run a no-op handler until every task has succeeded. The raw
+//     W consumers (each its own client, its own worker id, all started at
+//     once) of -capacity slots run a no-op handler until every task has
+//     succeeded. The raw
 //     limit inserts one document per task (a copy of one the library
 //     wrote), then W×capacity goroutines claim with findOneAndUpdate and
 //     complete with an update fenced on the run id. Each side runs -rounds

@@ -1,0 +1,310 @@
+package mscheduler_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
+)
+
+// claimLog records, for one consumer's client, the claim commands it sends
+// in order: candidate queries, claims by findAndModify, batch claims (with
+// the keys of their statements) and announces.
+type claimLog struct {
+	coll    *mongo.Collection // the consumer's collection, on the test's client
+	mu      sync.Mutex
+	entries []claimEntry
+	changed chan struct{} // signalled on each entry
+}
+
+type claimEntry struct {
+	kind string // "candidates", "findAndModify", "batch" or "announce"
+	at   time.Time
+	keys []string // a batch's
+}
+
+func newClaimLog() *claimLog { return &claimLog{changed: make(chan struct{}, 1)} }
+
+func (l *claimLog) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		entry := claimEntry{at: time.Now()}
+		id, _ := e.Command.Lookup("query", "_id").StringValueOK()
+		switch {
+		case e.CommandName == "find" && e.Command.Lookup("sort", "priority").Type != 0 && e.Command.Lookup("filter", "free").Type != 0:
+			if limit, _ := e.Command.Lookup("limit").AsInt64OK(); limit == 1 {
+				return // the first claim's look at a task's timeout
+			}
+			entry.kind = "candidates"
+		case e.CommandName == "findAndModify" && e.Command.Lookup("update", "$inc", "running").Type != 0:
+			entry.kind = "findAndModify"
+		case e.CommandName == "findAndModify" && id == "consumers":
+			entry.kind = "announce"
+		case e.CommandName == "update":
+			statements, _ := e.Command.Lookup("updates").Array().Values()
+			for _, st := range statements {
+				q := st.Document().Lookup("q")
+				if q.Document().Lookup("done_by").Type == 0 {
+					return // not a claim
+				}
+				entry.keys = append(entry.keys, q.Document().Lookup("_id").StringValue())
+			}
+			entry.kind = "batch"
+		default:
+			return
+		}
+		l.mu.Lock()
+		l.entries = append(l.entries, entry)
+		l.mu.Unlock()
+		select {
+		case l.changed <- struct{}{}:
+		default:
+		}
+	}}
+}
+
+func (l *claimLog) snapshot() []claimEntry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.entries)
+}
+
+// count counts the entries of the kinds given.
+func (l *claimLog) count(kinds ...string) int {
+	n := 0
+	for _, e := range l.snapshot() {
+		if slices.Contains(kinds, e.kind) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitCount waits until count(kinds...) reaches n.
+func (l *claimLog) waitCount(t *testing.T, n int, kinds ...string) {
+	t.Helper()
+	deadline := time.After(waitTimeout)
+	for l.count(kinds...) < n {
+		select {
+		case <-l.changed:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %d commands of %v; got %d", n, kinds, l.count(kinds...))
+		}
+	}
+}
+
+// loggedConsumer publishes tasks on a fresh collection, then starts a
+// consumer "w" configured by edit, on a client of its own whose claim
+// commands it logs.
+func loggedConsumer(t *testing.T, tasks []mscheduler.Task[int], h mscheduler.Handler[int, int], edit func(*mscheduler.ConsumerConfig)) (*claimLog, *mschedulertest.Events) {
+	t.Helper()
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	log := newClaimLog()
+	log.coll = coll
+	client := mschedulertest.NewClient(t, options.Client().SetMonitor(log.monitor()))
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	edit(cfg)
+	startConsumer(t, dbCollection(client, coll), h, cfg)
+	return log, ev
+}
+
+// numbered returns n tasks keyed k00, k01, ...
+func numbered(n int) []mscheduler.Task[int] {
+	tasks := make([]mscheduler.Task[int], n)
+	for i := range tasks {
+		tasks[i] = mscheduler.Task[int]{Key: fmt.Sprintf("k%02d", i)}
+	}
+	return tasks
+}
+
+// noop is a handler that succeeds at once.
+func noop(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }
+
+// gate holds handlers until released, one run at a time.
+type gate chan struct{}
+
+func (g gate) handler(ctx context.Context, _ *mscheduler.Task[int]) (int, error) {
+	select {
+	case <-g:
+		return 0, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// TestOtherSharesWaitToBePassedOver: a consumer whose peer never claims
+// (it is gone, but not lapsed yet) claims its own share of the tasks
+// first and leaves the peer's share for a moment, then claims that too,
+// with no poll to bring it back (the poll is a minute). Taken at once, the
+// peer's tasks would be claimed twice over whenever the peer is alive.
+func TestOtherSharesWaitToBePassedOver(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	// Worker ids sort "a-worker" before "z-gone": the consumer is rank 0
+	// of 2, and the peer's share is 1.
+	peer := bson.D{{Key: "_id", Value: "consumers"}, {Key: "seen", Value: bson.D{{Key: "z-gone", Value: time.Now()}}}}
+	if _, err := coll.Database().Collection(coll.Name()+".meta").InsertOne(ctxT(t), peer); err != nil {
+		t.Fatal(err)
+	}
+	var own, others []string
+	base := time.Now().Add(-time.Hour)
+	var tasks []mscheduler.Task[int]
+	for i := 0; len(own) < 4 || len(others) < 4; i++ {
+		key := fmt.Sprintf("k%03d", i)
+		switch {
+		case mscheduler.ShareOf(key, 2) == 0 && len(own) < 4:
+			own = append(own, key)
+		case mscheduler.ShareOf(key, 2) == 1 && len(others) < 4:
+			others = append(others, key)
+		default:
+			continue
+		}
+		tasks = append(tasks, mscheduler.Task[int]{Key: key, RunAt: base.Add(time.Duration(i) * time.Millisecond)})
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	log := newClaimLog()
+	client := mschedulertest.NewClient(t, options.Client().SetMonitor(log.monitor()))
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("a-worker", ev)
+	cfg.Capacity, cfg.PollInterval = 8, time.Minute
+	startConsumer(t, dbCollection(client, coll), noop, cfg)
+	ev.WaitCount(t, mscheduler.EventSucceeded, len(tasks))
+
+	// The first claim knows of no backlog (a findAndModify, whatever the
+	// shares); the first batch then takes what is left of its own share.
+	var firstRead time.Time
+	var batches []claimEntry
+	for _, e := range log.snapshot() {
+		switch {
+		case e.kind == "candidates" && firstRead.IsZero():
+			firstRead = e.at
+		case e.kind == "batch":
+			batches = append(batches, e)
+		}
+	}
+	if len(batches) == 0 {
+		t.Fatal("no batch claim")
+	}
+	for _, key := range batches[0].keys {
+		if !slices.Contains(own, key) {
+			t.Errorf("the first batch claimed %s of the peer's share, at once (batch %v; own share %v)", key, batches[0].keys, own)
+		}
+	}
+	if len(batches) < 2 {
+		t.Fatalf("%d batch claims, want the own share's and, later, the peer's", len(batches))
+	}
+	for _, b := range batches[1:] {
+		for _, key := range b.keys {
+			if slices.Contains(others, key) && b.at.Sub(firstRead) < mscheduler.PassOverMin {
+				t.Errorf("%s of the peer's share was claimed %v after it was first read, before %v", key, b.at.Sub(firstRead), mscheduler.PassOverMin)
+			}
+		}
+	}
+}
+
+// TestFreedSlotsClaimOnlyWhileWorkWaits: a run that ends frees its slot,
+// which sets off a claim while the last one found work waiting, not once a
+// claim found none: a consumer draining a queue does not send a claim for
+// each of its last runs.
+func TestFreedSlotsClaimOnlyWhileWorkWaits(t *testing.T) {
+	g := make(gate)
+	log, ev := loggedConsumer(t, numbered(3), g.handler, func(c *mscheduler.ConsumerConfig) {
+		c.Capacity, c.PollInterval = 2, time.Minute
+	})
+	t.Cleanup(func() { close(g) }) // before the consumer stops
+	ev.WaitCount(t, mscheduler.EventClaimed, 2)
+
+	// The first run's slot: the last claim left a task waiting, so it
+	// claims it.
+	g <- struct{}{}
+	ev.WaitCount(t, mscheduler.EventClaimed, 3)
+	// The second's: the last claim found work, so it claims, and finds
+	// none left.
+	claims := log.count("findAndModify", "candidates")
+	g <- struct{}{}
+	log.waitCount(t, claims+1, "findAndModify", "candidates")
+	claims = log.count("findAndModify", "candidates")
+
+	// The third's: nothing to claim, so no claim until the poll.
+	g <- struct{}{}
+	ev.WaitCount(t, mscheduler.EventSucceeded, 3)
+	quiet := time.After(500 * time.Millisecond) // a claim would come within milliseconds
+	for log.count("findAndModify", "candidates") == claims {
+		select {
+		case <-quiet:
+			return
+		case <-log.changed:
+		}
+	}
+	t.Fatalf("the last run's freed slot set off a claim after one found nothing: %v", log.snapshot())
+}
+
+// TestLostTasksBringTheAnnounceForward: a claim that loses tasks (here,
+// spares paused since they were read) announces the consumer again before
+// it reads candidates afresh, so that a view of the consumers alive gone
+// stale (one joined, and the shares moved) is renewed at once, not a
+// maintenance interval later.
+func TestLostTasksBringTheAnnounceForward(t *testing.T) {
+	g := make(gate)
+	log, ev := loggedConsumer(t, numbered(20), g.handler, func(c *mscheduler.ConsumerConfig) {
+		c.Capacity, c.PollInterval, c.ClaimSpareFor = 4, time.Minute, time.Minute
+	})
+	t.Cleanup(func() { close(g) })              // before the consumer stops
+	ev.WaitCount(t, mscheduler.EventClaimed, 4) // and the other 16 kept as spares
+
+	if _, err := log.coll.UpdateMany(ctxT(t), bson.D{{Key: "status", Value: mscheduler.StatusPending}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "paused", Value: true}}}}); err != nil {
+		t.Fatal(err)
+	}
+	// Announces are brought forward at most once per ReannounceGap.
+	time.Sleep(mscheduler.ReannounceGap)
+	before, reads := len(log.snapshot()), log.count("candidates")
+	g <- struct{}{}                         // a slot frees; the claim from spares misses
+	log.waitCount(t, reads+1, "candidates") // the claim that missed reads afresh
+
+	after := log.snapshot()[before:]
+	missed := slices.IndexFunc(after, func(e claimEntry) bool { return e.kind == "batch" })
+	read := slices.IndexFunc(after, func(e claimEntry) bool { return e.kind == "candidates" })
+	if missed < 0 || read < missed {
+		t.Fatalf("no claim from spares before the fresh read: %v", after)
+	}
+	if !slices.ContainsFunc(after[missed:read], func(e claimEntry) bool { return e.kind == "announce" }) {
+		t.Errorf("no announce between the claim that lost its tasks and the fresh read: %v", after)
+	}
+}
+
+// TestFirstBatchReadAnnouncesAgain: a consumer announces itself again
+// right before its first read of candidates, so that consumers started
+// together, whose first announces came one after the other and knew of
+// few of the others, choose by shares that agree.
+func TestFirstBatchReadAnnouncesAgain(t *testing.T) {
+	log, ev := loggedConsumer(t, numbered(8), noop, func(c *mscheduler.ConsumerConfig) {
+		c.Capacity, c.PollInterval = 8, time.Minute
+	})
+	ev.WaitCount(t, mscheduler.EventSucceeded, 8)
+	entries := log.snapshot()
+	read := slices.IndexFunc(entries, func(e claimEntry) bool { return e.kind == "candidates" })
+	claim := slices.IndexFunc(entries, func(e claimEntry) bool { return e.kind == "findAndModify" })
+	if read < 0 || claim < 0 || read < claim {
+		t.Fatalf("want a first claim by findAndModify, then a read of candidates: %v", entries)
+	}
+	if !slices.ContainsFunc(entries[claim:read], func(e claimEntry) bool { return e.kind == "announce" }) {
+		t.Errorf("no announce between the first claim and the first read of candidates: %v", entries)
+	}
+}
