@@ -208,8 +208,9 @@ func (c *Consumer[P, R]) chooseCandidates(ctx context.Context, st *claimState, k
 	chosen, spares, held := choose(cands, k, st.peers, st.rank, passed)
 	st.spares.keep(spares, chosen, time.Now())
 	if held {
-		st.heldBack, st.heldUntil = true, now.Add(st.passOver.untilNext(read, wait))
-		st.due.add(st.heldUntil)
+		// From the read: a wake before the first passes would read again
+		// for nothing.
+		st.heldBack, st.heldUntil = true, c.clock.Now().Add(st.passOver.untilNext(time.Now(), wait))
 	}
 	return chosen, len(chosen) == len(cands), nil
 }

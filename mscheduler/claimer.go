@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -71,7 +72,7 @@ func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
 			// With no work waiting at the last claim, or only other
 			// shares' for a moment, a freed slot has nothing to claim: the
 			// next poll, due time or wake looks again.
-			woken = st.backlog && !c.clock.Now().Before(st.heldUntil)
+			woken = st.backlog && st.heldUntil.IsZero()
 		case <-timer.C:
 			woken = false
 		}
@@ -85,7 +86,7 @@ func (c *Consumer[P, R]) claimLater(ctx context.Context, st *claimState, err err
 	now := c.clock.Now()
 	st.pollAt = now.Add(jitter(c.pollInterval()))
 	st.due.popDue(now)
-	st.gatherUntil = time.Time{}
+	st.gatherUntil, st.heldUntil = time.Time{}, time.Time{}
 	c.loopError(ctx, err)
 }
 
@@ -95,7 +96,8 @@ func (c *Consumer[P, R]) claimDue(st *claimState) bool {
 	now := c.clock.Now()
 	d, ok := st.due.peek()
 	gathered := !st.gatherUntil.IsZero() && !now.Before(st.gatherUntil)
-	return gathered || !now.Before(st.pollAt) || ok && !now.Before(d)
+	passed := !st.heldUntil.IsZero() && !now.Before(st.heldUntil)
+	return gathered || passed || !now.Before(st.pollAt) || ok && !now.Before(d)
 }
 
 // claimState belongs to the claim loop goroutine alone.
@@ -134,7 +136,7 @@ type claimState struct {
 	passOver    passOver        // when candidates of other shares were first seen
 	// heldBack says the pass's last claim left candidates of other shares
 	// to their consumers for a moment, until heldUntil: the pass ends, and
-	// a due time brings the next look (freed slots do not, before it).
+	// heldUntil brings the next look (freed slots do not, before it).
 	heldBack  bool
 	heldUntil time.Time
 }
@@ -158,8 +160,10 @@ func (c *Consumer[P, R]) untilNextWake(st *claimState) time.Duration {
 		next = st.sweepAt
 	}
 	next = minTime(next, st.checkAt, st.maintainAt, st.announceAt)
-	if !st.gatherUntil.IsZero() && st.gatherUntil.Before(next) {
-		next = st.gatherUntil
+	for _, at := range []time.Time{st.gatherUntil, st.heldUntil} {
+		if !at.IsZero() && at.Before(next) {
+			next = at
+		}
 	}
 	if d, ok := st.due.peek(); ok && d.Before(next) {
 		next = d
@@ -182,6 +186,7 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 	}
 	st.pollAt = now.Add(jitter(poll))
 	st.due.popDue(now)
+	st.heldUntil = time.Time{}
 	c.confirmLostClaims(ctx, st)
 	if c.gathering(st, now) {
 		return
@@ -608,9 +613,23 @@ func (h *dueHeap) Pop() any {
 	return x
 }
 
+// add records t, once: an idle worker learns the same next due time at
+// every poll. Full, it keeps the earliest maxDue.
 func (h *dueHeap) add(t time.Time) {
-	if len(*h) >= maxDue {
+	if slices.ContainsFunc(*h, t.Equal) {
 		return
+	}
+	if len(*h) >= maxDue {
+		latest := 0
+		for i, d := range *h {
+			if d.After((*h)[latest]) {
+				latest = i
+			}
+		}
+		if !t.Before((*h)[latest]) {
+			return
+		}
+		heap.Remove(h, latest)
 	}
 	heap.Push(h, t)
 }

@@ -2,9 +2,11 @@ package mscheduler_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -306,5 +308,35 @@ func TestFirstBatchReadAnnouncesAgain(t *testing.T) {
 	}
 	if !slices.ContainsFunc(entries[claim:read], func(e claimEntry) bool { return e.kind == "announce" }) {
 		t.Errorf("no announce between the first claim and the first read of candidates: %v", entries)
+	}
+}
+
+// TestRunEndsThatFreeWorkWake: a run end that may have left a task
+// claimable by this worker wakes it at once, work waiting or not (the poll
+// is a minute here): a failed run, tried again after its backoff, and a
+// run of a task of two runs, whose other slot this worker could not claim
+// while it held the first.
+func TestRunEndsThatFreeWorkWake(t *testing.T) {
+	for name, c := range map[string]struct {
+		task     mscheduler.Task[int]
+		failures int32 // the first runs fail
+	}{
+		"failed run":       {task: mscheduler.Task[int]{Key: "f", MaxRetries: mscheduler.NoRetries, MaxFailedRuns: 3, RetryDelay: time.Millisecond}, failures: 1},
+		"task of two runs": {task: mscheduler.Task[int]{Key: "two", Concurrency: 2}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var runs atomic.Int32
+			h := func(context.Context, *mscheduler.Task[int]) (int, error) {
+				if runs.Add(1) <= c.failures {
+					return 0, errors.New("failing on purpose")
+				}
+				return 0, nil
+			}
+			_, ev := loggedConsumer(t, []mscheduler.Task[int]{c.task}, h, func(c *mscheduler.ConsumerConfig) {
+				c.Capacity, c.PollInterval = 2, time.Minute
+			})
+			want := max(c.task.Concurrency, 1)
+			ev.WaitCountWithin(t, 10*time.Second, mscheduler.EventSucceeded, want)
+		})
 	}
 }

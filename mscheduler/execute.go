@@ -79,7 +79,8 @@ func (c *Consumer[P, R]) execute(ctx context.Context, r *activeRun, task *Task[P
 		end.record.Error = c.capError(err.Error())
 	}
 	r.ending = true
-	r.requeues = end.record.Outcome != OutcomeSucceeded || end.advance != nil
+	r.requeues = end.record.Outcome != OutcomeSucceeded || end.advance != nil ||
+		r.doc.Concurrency > 1 && !r.doc.DistinctWorkers // claimable by this worker again
 	c.ending.Add(1)
 	c.writeEnd(r, end)
 }
@@ -88,7 +89,8 @@ func (c *Consumer[P, R]) execute(ctx context.Context, r *activeRun, task *Task[P
 // a reason to claim only while work is waiting; its end is one whenever it
 // may have made a task claimable: a failed run leaves its task to be tried
 // again (the claim that finds it not due yet learns when it is), a plan
-// moves on to its next time.
+// moves on to its next time, and a task of several runs that this worker
+// could not claim again while it held one may have a slot left.
 func (c *Consumer[P, R]) wakeAfterRun(r *activeRun) {
 	if r.requeues {
 		c.wake()

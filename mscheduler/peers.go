@@ -58,8 +58,9 @@ const peerLapse = 3
 const announceSoon = 5 * time.Second
 
 // announceIfDue announces this consumer when its time has come: at start,
-// then once more within announceSoon, then every MaintenanceInterval. Run
-// by the claim loop.
+// then once more within announceSoon, then every MaintenanceInterval, and
+// when a batch claim brings it forward (before its first read, after lost
+// tasks); after a failure, within announceSoon. Run by the claim loop.
 func (c *Consumer[P, R]) announceIfDue(ctx context.Context, st *claimState) {
 	now := c.clock.Now()
 	if now.Before(st.announceAt) {
@@ -72,7 +73,11 @@ func (c *Consumer[P, R]) announceIfDue(ctx context.Context, st *claimState) {
 	st.announceAt, st.announced = now.Add(jitter(every)), now
 	view, err := c.announce(ctx, now)
 	if err != nil {
+		// The last view is the better guess: alone, this consumer would
+		// take every share at once. Soon again, as at start.
 		c.loopError(ctx, err)
+		st.announceAt = now.Add(jitter(min(every, announceSoon)))
+		return
 	}
 	if view.alive != st.peers || view.rank != st.rank {
 		st.spares.drop() // chosen by shares that moved
