@@ -127,9 +127,7 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 		st.spares.drop()
 		st.spares.missed = st.spares.missed || fromSpares
 	}
-	if werr == nil && res.MatchedCount < int64(len(chosen)) {
-		st.lostTasks(c.clock.Now())
-	}
+	st.lostTasks = werr == nil && res.MatchedCount < int64(len(chosen))
 	if werr == nil && exact && res.MatchedCount == int64(len(chosen)) {
 		if won, ok := c.claimedAsRead(st, chosen, runIDs, now); ok {
 			return won, tried, nil
@@ -186,14 +184,6 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 // candidates of other shares to their consumers for a moment (see
 // passOver), it says so in st.heldBack and looks again then.
 func (c *Consumer[P, R]) chooseCandidates(ctx context.Context, st *claimState, k int, now time.Time) ([]candidate, bool, error) {
-	if !st.readBefore {
-		// Consumers started together announced one after the other: the
-		// first announces knew of few of the others, and the shares below
-		// rest on the view.
-		st.readBefore, st.announceAt = true, time.Time{}
-	}
-	// Due, or brought forward by lost tasks.
-	c.announceIfDue(ctx, st)
 	limit := k * max(claimSpread, min(st.peers, maxClaimSpread)) // for workers to choose apart
 	if c.cfg.ClaimSpareFor > 0 {
 		limit = max(2*limit, minSpareRead)

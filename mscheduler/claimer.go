@@ -34,8 +34,7 @@ const maxSkipped = 100
 
 // claimLoop is the consumer's owner loop for claiming. It claims while it
 // has free slots and claimable tasks, then sleeps until the earliest of: a
-// wake (a publish in this process, a change stream event, a run end that
-// may have made a task claimable, a run over while work is waiting), the
+// wake (a publish in this process, a change stream event, a run over), the
 // next due time it knows of (a future run_at, a lease that may lapse), or
 // the jittered poll.
 func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
@@ -69,10 +68,12 @@ func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
 		case <-c.wakeCh:
 			woken = true
 		case <-c.slotFreed:
-			// With no work waiting at the last claim, or only other
-			// shares' for a moment, a freed slot has nothing to claim: the
-			// next poll, due time or wake looks again.
-			woken = st.backlog && st.heldUntil.IsZero()
+			// A freed slot claims: work may be waiting, or have come since
+			// the last look (a look that costs nothing more at low load,
+			// where it finds the next task before the poll would). Not
+			// while the last claim leaves tasks of other shares for a
+			// moment: that look would find them not passed over yet.
+			woken = st.heldUntil.IsZero()
 		case <-timer.C:
 			woken = false
 		}
@@ -125,7 +126,8 @@ type claimState struct {
 	// ones it found lapsed, for the maintenance holder to forget.
 	announceAt time.Time
 	announced  time.Time // the last announce
-	readBefore bool      // a batch claim read candidates before
+	readBefore bool      // a claim found work waiting before
+	lostTasks  bool      // the last claim lost tasks to other consumers
 	peers      int
 	rank       int // this consumer's place among the peers (see choose)
 	peersGone  []string
@@ -196,6 +198,9 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 	st.spares.missed = false
 	st.heldBack = false
 	for n := 0; n < c.cfg.Capacity && ctx.Err() == nil && (n == 0 || c.clock.Now().Before(st.sweepAt)); {
+		// Brought forward by the last claim (see viewMayBeStale), and made
+		// before slots are taken: their number is fixed from then on.
+		c.announceIfDue(ctx, st)
 		want := min(c.cfg.ClaimBatchMax, c.cfg.Capacity-n)
 		if !c.cfg.TargetedClaims && (!st.backlog || want < minBatchClaim && !c.sparesServe(st, want)) {
 			// The cheapest claim when one task at a time comes, or when
@@ -211,6 +216,7 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 		won, done, err := c.claimSlots(ctx, st, k)
 		st.backlog = err == nil && !done
 		c.backlog.Store(st.backlog)
+		st.viewMayBeStale(c.clock.Now())
 		started := 0
 		for _, cl := range won {
 			if c.admit(cl.raw, cl.runID, st) {

@@ -417,8 +417,8 @@ type Consumer[P, R any] struct {
 	ends    *endBatcher // nil when run ends are written alone
 	history *historian
 	wakeCh  chan struct{} // buffered 1: something may have become claimable
-	// slotFreed, buffered 1: a run is over and its end changed nothing
-	// claimable; the claim loop claims for it only while work is waiting.
+	// slotFreed, buffered 1: a run is over, its slot free (see
+	// slotFreedWake).
 	slotFreed chan struct{}
 
 	// leader says this consumer held the maintenance lease at its last

@@ -37,7 +37,7 @@ func (c *Consumer[P, R]) startRun(doc *taskDoc, task *Task[P], claimLatency time
 		defer c.running.Done()
 		// The slot is free before the wake, so that the claim loop the wake
 		// sets off finds it.
-		defer c.wakeAfterRun(r)
+		defer c.slotFreedWake()
 		defer c.releaseRunSlot(r)
 		defer cancel(nil)
 		c.execute(ctx, r, task)
@@ -79,23 +79,14 @@ func (c *Consumer[P, R]) execute(ctx context.Context, r *activeRun, task *Task[P
 		end.record.Error = c.capError(err.Error())
 	}
 	r.ending = true
-	r.requeues = end.record.Outcome != OutcomeSucceeded || end.advance != nil ||
-		r.doc.Concurrency > 1 && !r.doc.DistinctWorkers // claimable by this worker again
 	c.ending.Add(1)
 	c.writeEnd(r, end)
 }
 
-// wakeAfterRun tells the claim loop that a run is over. Its freed slot is
-// a reason to claim only while work is waiting; its end is one whenever it
-// may have made a task claimable: a failed run leaves its task to be tried
-// again (the claim that finds it not due yet learns when it is), a plan
-// moves on to its next time, and a task of several runs that this worker
-// could not claim again while it held one may have a slot left.
-func (c *Consumer[P, R]) wakeAfterRun(r *activeRun) {
-	if r.requeues {
-		c.wake()
-		return
-	}
+// slotFreedWake tells the claim loop that a run is over and its slot free:
+// it claims, unless it leaves tasks of other shares for a moment (see
+// passOver), when its next look is due anyway.
+func (c *Consumer[P, R]) slotFreedWake() {
 	select {
 	case c.slotFreed <- struct{}{}:
 	default:

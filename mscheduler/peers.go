@@ -59,8 +59,8 @@ const announceSoon = 5 * time.Second
 
 // announceIfDue announces this consumer when its time has come: at start,
 // then once more within announceSoon, then every MaintenanceInterval, and
-// when a batch claim brings it forward (before its first read, after lost
-// tasks); after a failure, within announceSoon. Run by the claim loop.
+// when the last claim brought it forward (see viewMayBeStale); after a
+// failure, within announceSoon. Run by the claim loop.
 func (c *Consumer[P, R]) announceIfDue(ctx context.Context, st *claimState) {
 	now := c.clock.Now()
 	if now.Before(st.announceAt) {
@@ -89,15 +89,20 @@ func (c *Consumer[P, R]) announceIfDue(ctx context.Context, st *claimState) {
 // announce forward.
 const reannounceGap = time.Second
 
-// lostTasks brings the next announce forward, once reannounceGap has
-// passed since the last, when a claim lost tasks to other consumers: its
-// view of the consumers alive, which its share rests on, may be stale (one
-// joined since, and took tasks of the share this consumer still thinks
-// its own).
-func (st *claimState) lostTasks(now time.Time) {
-	if now.Sub(st.announced) >= reannounceGap && now.Before(st.announceAt) {
+// viewMayBeStale brings the next announce forward when the last claim
+// says the view of the consumers alive, which the shares rest on, may be
+// stale: the first claim that found work waiting (consumers started
+// together announced one after the other, the first knowing of few of the
+// others), and a batch claim that lost tasks, once reannounceGap has
+// passed since the last announce (a consumer joined since, and took tasks
+// of the share this one still thinks its own).
+func (st *claimState) viewMayBeStale(now time.Time) {
+	first := st.backlog && !st.readBefore
+	st.readBefore = st.readBefore || st.backlog
+	if (first || st.lostTasks && now.Sub(st.announced) >= reannounceGap) && now.Before(st.announceAt) {
 		st.announceAt = now
 	}
+	st.lostTasks = false
 }
 
 // peerView is what an announce learns of the consumers of the collection.

@@ -48,9 +48,6 @@ type activeRun struct {
 	// ending says the run's goroutine is writing its end; that goroutine
 	// alone reads and writes it.
 	ending bool
-	// requeues says the run's end may have made a task claimable (a
-	// failure, a plan's next time): set and read by the run's goroutine.
-	requeues bool
 
 	// Owned by the pinger loop after add.
 	soleHolder    bool
