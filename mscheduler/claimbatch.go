@@ -194,7 +194,10 @@ func (c *Consumer[P, R]) chooseCandidates(ctx context.Context, st *claimState, k
 	}
 	read, wait := time.Now(), c.passOverWait(st)
 	st.passOver.see(cands, st.peers, st.rank, read)
-	passed := func(cd candidate) bool { return st.passOver.passed(cd, read, wait) }
+	var passed func(candidate) bool // fewer tasks than consumers: little to collide on, none waits
+	if len(cands) >= st.peers {
+		passed = func(cd candidate) bool { return st.passOver.passed(cd, read, wait) }
+	}
 	chosen, spares, held := choose(cands, k, st.peers, st.rank, passed)
 	st.spares.keep(spares, chosen, time.Now())
 	if held {

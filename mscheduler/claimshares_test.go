@@ -148,45 +148,77 @@ func (g gate) handler(ctx context.Context, _ *mscheduler.Task[int]) (int, error)
 	}
 }
 
+// withGonePeer starts a consumer "a-worker" of 8 slots beside a peer that
+// never claims (gone, but not lapsed yet): the consumer is rank 0 of 2. It
+// publishes nOwn tasks of the consumer's share, then nOthers of the
+// peer's, in claim order.
+func withGonePeer(t *testing.T, nOwn, nOthers int) (log *claimLog, ev *mschedulertest.Events, own, others []string) {
+	t.Helper()
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	peer := bson.D{{Key: "_id", Value: "consumers"}, {Key: "seen", Value: bson.D{{Key: "z-gone", Value: time.Now()}}}}
+	if _, err := coll.Database().Collection(coll.Name()+".meta").InsertOne(ctxT(t), peer); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; len(own) < nOwn || len(others) < nOthers; i++ {
+		key := fmt.Sprintf("k%03d", i)
+		switch {
+		case mscheduler.ShareOf(key, 2) == 0 && len(own) < nOwn:
+			own = append(own, key)
+		case mscheduler.ShareOf(key, 2) == 1 && len(others) < nOthers:
+			others = append(others, key)
+		}
+	}
+	base := time.Now().Add(-time.Hour)
+	var tasks []mscheduler.Task[int]
+	for i, key := range slices.Concat(own, others) {
+		tasks = append(tasks, mscheduler.Task[int]{Key: key, RunAt: base.Add(time.Duration(i) * time.Millisecond)})
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	log = newClaimLog()
+	client := mschedulertest.NewClient(t, options.Client().SetMonitor(log.monitor()))
+	ev = mschedulertest.NewEvents()
+	cfg := fastConfig("a-worker", ev)
+	cfg.Capacity, cfg.PollInterval = 8, time.Minute
+	startConsumer(t, dbCollection(client, coll), noop, cfg)
+	return log, ev, own, others
+}
+
+// TestFewTasksAreTakenAtOnce: with fewer tasks claimable than consumers
+// alive there is little to collide on, and a task of another share is
+// taken at once, not left to its consumer for a moment: the latency of a
+// task at a time stays what it was.
+func TestFewTasksAreTakenAtOnce(t *testing.T) {
+	log, ev, _, others := withGonePeer(t, 1, 1)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 2)
+	entries := log.snapshot()
+	// The first claim (a findAndModify) takes the consumer's own task; the
+	// batch claim after it reads the peer's alone, and takes it.
+	reads := 0
+	for _, e := range entries {
+		switch {
+		case e.kind == "candidates":
+			reads++
+		case e.kind == "batch" && slices.Contains(e.keys, others[0]):
+			if reads != 1 {
+				t.Errorf("the peer's task was claimed after %d reads, want the first: %v", reads, entries)
+			}
+			return
+		}
+	}
+	t.Fatalf("the peer's task was not claimed by a batch: %v", entries)
+}
+
 // TestOtherSharesWaitToBePassedOver: a consumer whose peer never claims
 // (it is gone, but not lapsed yet) claims its own share of the tasks
 // first and leaves the peer's share for a moment, then claims that too,
 // with no poll to bring it back (the poll is a minute). Taken at once, the
 // peer's tasks would be claimed twice over whenever the peer is alive.
 func TestOtherSharesWaitToBePassedOver(t *testing.T) {
-	coll := mschedulertest.Collection(t)
-	p := newProducer[int](t, coll, nil)
-	// Worker ids sort "a-worker" before "z-gone": the consumer is rank 0
-	// of 2, and the peer's share is 1.
-	peer := bson.D{{Key: "_id", Value: "consumers"}, {Key: "seen", Value: bson.D{{Key: "z-gone", Value: time.Now()}}}}
-	if _, err := coll.Database().Collection(coll.Name()+".meta").InsertOne(ctxT(t), peer); err != nil {
-		t.Fatal(err)
-	}
-	var own, others []string
-	base := time.Now().Add(-time.Hour)
-	var tasks []mscheduler.Task[int]
-	for i := 0; len(own) < 4 || len(others) < 4; i++ {
-		key := fmt.Sprintf("k%03d", i)
-		switch {
-		case mscheduler.ShareOf(key, 2) == 0 && len(own) < 4:
-			own = append(own, key)
-		case mscheduler.ShareOf(key, 2) == 1 && len(others) < 4:
-			others = append(others, key)
-		default:
-			continue
-		}
-		tasks = append(tasks, mscheduler.Task[int]{Key: key, RunAt: base.Add(time.Duration(i) * time.Millisecond)})
-	}
-	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
-		t.Fatal(err)
-	}
-	log := newClaimLog()
-	client := mschedulertest.NewClient(t, options.Client().SetMonitor(log.monitor()))
-	ev := mschedulertest.NewEvents()
-	cfg := fastConfig("a-worker", ev)
-	cfg.Capacity, cfg.PollInterval = 8, time.Minute
-	startConsumer(t, dbCollection(client, coll), noop, cfg)
-	ev.WaitCount(t, mscheduler.EventSucceeded, len(tasks))
+	log, ev, own, others := withGonePeer(t, 4, 4)
+	ev.WaitCount(t, mscheduler.EventSucceeded, len(own)+len(others))
 
 	// The first claim knows of no backlog (a findAndModify, whatever the
 	// shares); the first batch then takes what is left of its own share.
