@@ -30,7 +30,7 @@ type claimLog struct {
 }
 
 type claimEntry struct {
-	kind string // "candidates", "findAndModify", "batch" or "announce"
+	kind string // "candidates", "findAndModify", "batch", "announce" or "next due"
 	at   time.Time
 	keys []string // a batch's
 }
@@ -47,6 +47,8 @@ func (l *claimLog) monitor() *event.CommandMonitor {
 				return // the first claim's look at a task's timeout
 			}
 			entry.kind = "candidates"
+		case e.CommandName == "find" && e.Command.Lookup("sort", "priority").Type == 0 && e.Command.Lookup("sort", "run_at").Type != 0:
+			entry.kind = "next due" // the look for the next task due, once nothing is claimable
 		case e.CommandName == "findAndModify" && e.Command.Lookup("update", "$inc", "running").Type != 0:
 			entry.kind = "findAndModify"
 		case e.CommandName == "findAndModify" && id == "consumers":
@@ -325,11 +327,12 @@ func TestFirstBatchReadAnnouncesAgain(t *testing.T) {
 	}
 }
 
-// TestRunEndsThatFreeWorkWake: a run end that left a task claimable by
-// this worker sets off a claim at once (the poll is a minute here): a
-// failed run, tried again after its backoff, and a run of a task of two
-// runs, whose other slot this worker could not claim while it held the
-// first.
+// TestRunEndsThatFreeWorkWake: a run that ends after the claim pass that
+// started it found nothing more sets off a claim at once (the poll and
+// the sweep are a minute here), which finds what its end left claimable:
+// a failed run's task, tried again after its backoff, and the other slot
+// of a task of two runs, which this worker could not claim while it held
+// the first.
 func TestRunEndsThatFreeWorkWake(t *testing.T) {
 	for name, c := range map[string]struct {
 		task     mscheduler.Task[int]
@@ -340,17 +343,29 @@ func TestRunEndsThatFreeWorkWake(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			var runs atomic.Int32
-			h := func(context.Context, *mscheduler.Task[int]) (int, error) {
-				if runs.Add(1) <= c.failures {
+			first := make(gate)
+			h := func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+				n := runs.Add(1)
+				if n == 1 {
+					if _, err := first.handler(ctx, task); err != nil {
+						return 0, err
+					}
+				}
+				if n <= c.failures {
 					return 0, errors.New("failing on purpose")
 				}
 				return 0, nil
 			}
-			_, ev := loggedConsumer(t, []mscheduler.Task[int]{c.task}, h, func(c *mscheduler.ConsumerConfig) {
-				c.Capacity, c.PollInterval = 2, time.Minute
+			log, ev := loggedConsumer(t, []mscheduler.Task[int]{c.task}, h, func(c *mscheduler.ConsumerConfig) {
+				c.Capacity, c.PollInterval, c.SweepInterval = 2, time.Minute, time.Minute
 			})
-			want := max(c.task.Concurrency, 1)
-			ev.WaitCountWithin(t, 10*time.Second, mscheduler.EventSucceeded, want)
+			t.Cleanup(func() { close(first) })
+			// The pass that claimed the first run looks for more (the task
+			// is held, or running), finds none and looks for the next task
+			// due (none): only then does it end.
+			log.waitCount(t, 1, "next due")
+			first <- struct{}{}
+			ev.WaitCountWithin(t, 10*time.Second, mscheduler.EventSucceeded, max(c.task.Concurrency, 1))
 		})
 	}
 }
