@@ -95,7 +95,7 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 	if !fromSpares {
 		var err error
 		if chosen, tried, err = c.chooseCandidates(ctx, st, k, now); err != nil || len(chosen) == 0 {
-			return nil, err == nil && !st.heldBack, err
+			return nil, err == nil && st.heldUntil.IsZero(), err
 		}
 	}
 	for _, cd := range chosen {
@@ -182,7 +182,7 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 // chooseCandidates reads candidates and chooses k of them, keeping the
 // spares. tried says every candidate read was chosen. When it leaves
 // candidates of other shares to their consumers for a moment (see
-// passOver), it says so in st.heldBack and looks again then.
+// passOver), it says until when in st.heldUntil.
 func (c *Consumer[P, R]) chooseCandidates(ctx context.Context, st *claimState, k int, now time.Time) ([]candidate, bool, error) {
 	limit := k * max(claimSpread, min(st.peers, maxClaimSpread)) // for workers to choose apart
 	if c.cfg.ClaimSpareFor > 0 {
@@ -203,7 +203,7 @@ func (c *Consumer[P, R]) chooseCandidates(ctx context.Context, st *claimState, k
 	if held {
 		// From the read: a wake before the first passes would read again
 		// for nothing.
-		st.heldBack, st.heldUntil = true, c.clock.Now().Add(st.passOver.untilNext(time.Now(), wait))
+		st.heldUntil = c.clock.Now().Add(st.passOver.untilNext(time.Now(), wait))
 	}
 	return chosen, len(chosen) == len(cands), nil
 }

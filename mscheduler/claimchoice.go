@@ -29,9 +29,9 @@ import (
 // spare that another consumer took meanwhile only misses.
 
 // shareOf is the share among peers that a task key falls in.
-func shareOf(key string, peers int) int {
-	return int(fnvOf(key) % uint32(peers))
-}
+func shareOf(key string, peers int) int { return shareOfHash(fnvOf(key), peers) }
+
+func shareOfHash(h uint32, peers int) int { return int(h % uint32(peers)) }
 
 // fnvOf is the FNV-1a hash of a task key.
 func fnvOf(key string) uint32 {
@@ -176,57 +176,61 @@ func (s *spareCandidates) serves(k int, now time.Time, spareFor time.Duration) b
 // candidate of another share, so that it takes one only once passed over.
 // It belongs to the claim loop.
 type passOver struct {
-	seen        map[string]time.Time // key: first seen, on the monotonic clock
-	peers, rank int                  // the shares of the last read
+	seen map[string]sighting // by key: the candidates of the last read it waits for
+}
+
+// sighting is when a candidate was first seen, on the monotonic clock,
+// and whether this consumer is its helper.
+type sighting struct {
+	first  time.Time
+	helper bool
 }
 
 // see records the contended candidates of other shares in a read at now,
 // keeping when those seen before were first seen, and forgets the rest: a
 // task that left the candidates and came back is new again.
 func (p *passOver) see(cands []candidate, peers, rank int, now time.Time) {
-	seen := make(map[string]time.Time, len(p.seen))
-	p.peers, p.rank = peers, rank
+	seen := make(map[string]sighting, len(p.seen))
 	for _, cd := range cands {
-		if !p.waitsFor(cd) {
+		if !cd.contended || peers <= 1 {
 			continue
 		}
-		first, ok := p.seen[cd.Key]
-		if !ok {
-			first = now
+		h := fnvOf(cd.Key)
+		if shareOfHash(h, peers) == rank {
+			continue
 		}
-		seen[cd.Key] = first
+		s, ok := p.seen[cd.Key]
+		if !ok {
+			s = sighting{first: now, helper: helperOfHash(h, peers) == rank}
+		}
+		seen[cd.Key] = s
 	}
 	p.seen = seen
 }
 
-// waitsFor says a candidate is contended and of another share than this
-// consumer's, as of the last read.
-func (p *passOver) waitsFor(cd candidate) bool {
-	return cd.contended && p.peers > 1 && shareOf(cd.Key, p.peers) != p.rank
+// passed says this consumer may take cd, a candidate of the last read, at
+// now: it does not wait for it, or cd was first seen at least wait before
+// and this consumer is its helper, or twice wait before (its helper may be
+// busy or gone too).
+func (p *passOver) passed(cd candidate, now time.Time, wait time.Duration) bool {
+	s, ok := p.seen[cd.Key]
+	return !ok || now.Sub(s.first) >= s.wait(wait)
 }
 
-// passed says this consumer may take cd at now: it does not wait for it,
-// or cd was first seen at least wait before and this consumer is its
-// helper, or twice wait before (its helper may be busy or gone too).
-func (p *passOver) passed(cd candidate, now time.Time, wait time.Duration) bool {
-	if !p.waitsFor(cd) {
-		return true
+// wait is how long after its first sight the candidate passes.
+func (s sighting) wait(wait time.Duration) time.Duration {
+	if s.helper {
+		return wait
 	}
-	first, ok := p.seen[cd.Key]
-	age := now.Sub(first)
-	return ok && (age >= 2*wait || age >= wait && helperOf(cd.Key, p.peers) == p.rank)
+	return 2 * wait
 }
 
 // untilNext is how long after now the first of the candidates seen that
 // have not passed yet passes.
 func (p *passOver) untilNext(now time.Time, wait time.Duration) time.Duration {
 	next := 2 * wait
-	for key, first := range p.seen {
-		at := first.Add(2 * wait)
-		if helperOf(key, p.peers) == p.rank {
-			at = first.Add(wait)
-		}
-		if d := at.Sub(now); d > 0 && d < next {
+	for _, s := range p.seen {
+		if d := s.first.Add(s.wait(wait)).Sub(now); d > 0 && d < next {
 			next = d
 		}
 	}
@@ -238,8 +242,9 @@ func (p *passOver) untilNext(now time.Time, wait time.Duration) time.Duration {
 // helping with a share do not all take the same tasks (from the last)
 // and lose them to one another, and a share left by a consumer gone is
 // spread over all of them.
-func helperOf(key string, peers int) int {
-	h := fnvOf(key)
-	owner := int(h % uint32(peers))
+func helperOf(key string, peers int) int { return helperOfHash(fnvOf(key), peers) }
+
+func helperOfHash(h uint32, peers int) int {
+	owner := shareOfHash(h, peers)
 	return (owner + 1 + int(h/uint32(peers)%uint32(peers-1))) % peers
 }

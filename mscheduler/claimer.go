@@ -126,7 +126,7 @@ type claimState struct {
 	// ones it found lapsed, for the maintenance holder to forget.
 	announceAt time.Time
 	announced  time.Time // the last announce
-	readBefore bool      // a claim found work waiting before
+	workFound  bool      // a claim found work waiting before
 	lostTasks  bool      // the last claim lost tasks to other consumers
 	peers      int
 	rank       int // this consumer's place among the peers (see choose)
@@ -136,10 +136,10 @@ type claimState struct {
 	gatherUntil time.Time
 	spares      spareCandidates // for the next claims while work waits
 	passOver    passOver        // when candidates of other shares were first seen
-	// heldBack says the pass's last claim left candidates of other shares
-	// to their consumers for a moment, until heldUntil: the pass ends, and
-	// heldUntil brings the next look (freed slots do not, before it).
-	heldBack  bool
+	// heldUntil, when set, is when candidates of other shares that the
+	// pass's last claim left to their consumers may be taken: the pass
+	// ends, and heldUntil brings the next look (freed slots do not, before
+	// it). Cleared at each pass.
 	heldUntil time.Time
 }
 
@@ -196,7 +196,6 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 	// At least one claim per pass, so that sweeps never starve claims.
 	wonAny := false
 	st.spares.missed = false
-	st.heldBack = false
 	for n := 0; n < c.cfg.Capacity && ctx.Err() == nil && (n == 0 || c.clock.Now().Before(st.sweepAt)); {
 		// Brought forward by the last claim (see viewMayBeStale), and made
 		// before slots are taken: their number is fixed from then on.
@@ -233,7 +232,7 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 			st.spares.mixed = false // the next work may be of other tasks
 			c.scheduleNextDue(ctx, st)
 			return
-		case st.heldBack:
+		case !st.heldUntil.IsZero():
 			return // the others' work is looked at again when due
 		}
 	}

@@ -290,8 +290,15 @@ func TestLostTasksBringTheAnnounceForward(t *testing.T) {
 		bson.D{{Key: "$set", Value: bson.D{{Key: "paused", Value: true}}}}); err != nil {
 		t.Fatal(err)
 	}
-	// Announces are brought forward at most once per ReannounceGap.
-	time.Sleep(mscheduler.ReannounceGap)
+	// Announces are brought forward at most once per ReannounceGap from
+	// the last one.
+	var last time.Time
+	for _, e := range log.snapshot() {
+		if e.kind == "announce" {
+			last = e.at
+		}
+	}
+	<-time.After(time.Until(last.Add(mscheduler.ReannounceGap)))
 	before, reads := len(log.snapshot()), log.count("candidates")
 	g <- struct{}{}                         // a slot frees; the claim from spares misses
 	log.waitCount(t, reads+1, "candidates") // the claim that missed reads afresh

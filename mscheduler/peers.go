@@ -97,8 +97,8 @@ const reannounceGap = time.Second
 // passed since the last announce (a consumer joined since, and took tasks
 // of the share this one still thinks its own).
 func (st *claimState) viewMayBeStale(now time.Time) {
-	first := st.backlog && !st.readBefore
-	st.readBefore = st.readBefore || st.backlog
+	first := st.backlog && !st.workFound
+	st.workFound = st.workFound || st.backlog
 	if (first || st.lostTasks && now.Sub(st.announced) >= reannounceGap) && now.Before(st.announceAt) {
 		st.announceAt = now
 	}
