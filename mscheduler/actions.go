@@ -9,6 +9,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // Operator actions on one task. Each reads the task and applies one update
@@ -20,14 +23,7 @@ import (
 // finalStatuses are the statuses in which a task runs no more.
 var finalStatuses = []Status{StatusSucceeded, StatusFailed, StatusFinished, StatusCancelled}
 
-func isFinal(s Status) bool {
-	for _, f := range finalStatuses {
-		if s == f {
-			return true
-		}
-	}
-	return false
-}
+func isFinal(s Status) bool { return s.Final() }
 
 func notApplicable(action string, doc *taskDoc, format string, args ...any) error {
 	return &ActionError{Action: action, Key: doc.Key, Status: doc.Status, Reason: fmt.Sprintf(format, args...)}
@@ -40,15 +36,17 @@ func notApplicable(action string, doc *taskDoc, format string, args ...any) erro
 // producer's client, through the change stream where the server has one,
 // and otherwise at the run's next ping. Retry undoes it.
 func (p *Producer[P]) Cancel(ctx context.Context, key string) error {
-	err := p.rewrite(ctx, key, "cancel", func(doc *taskDoc, now time.Time) (bson.D, error) {
-		if isFinal(doc.Status) {
-			return nil, notApplicable("cancel", doc, "the task is already %s", doc.Status)
+	return p.cancel(ctx, key, needs(fStatus, fRunning, fHolders))
+}
+
+// cancel is Cancel refused only when a field in need cannot be read.
+func (p *Producer[P]) cancel(ctx context.Context, key string, need func(string) bool) error {
+	err := p.rewrite(ctx, key, "cancel", need, func(doc *readTask, now time.Time) (bson.D, error) {
+		update, why := taskstate.Cancel(doc.Task, now, p.cfg.Retention.policy())
+		if why != "" {
+			return nil, notApplicable("cancel", doc.Task, "%s", why)
 		}
-		set := bson.D{{Key: fStatus, Value: StatusCancelled}, {Key: fUpdatedAt, Value: now}}
-		if exp := p.cfg.Retention.taskExpiry(StatusCancelled, now); exp != nil {
-			set = append(set, bson.E{Key: fExpireAt, Value: *exp})
-		}
-		return bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}}}, nil
+		return update, nil
 	})
 	if err == nil {
 		local.cancel(namespaceOf(p.coll), key)
@@ -59,30 +57,16 @@ func (p *Producer[P]) Cancel(ctx context.Context, key string) error {
 // Retry makes a failed, cancelled or invalid task claimable now: its
 // failed runs count restarts from 0, its successes so far and its history
 // are kept. A task with a plan goes on from its current planned time,
-// which runs now.
+// which runs now. A task that has as many successes as its concurrency
+// has nothing left to run: Retry refuses it (publish it again with
+// ResetFinished).
 func (p *Producer[P]) Retry(ctx context.Context, key string) error {
-	return p.rewrite(ctx, key, "retry", func(doc *taskDoc, now time.Time) (bson.D, error) {
-		switch doc.Status {
-		case StatusFailed, StatusCancelled, StatusInvalid:
-		default:
-			return nil, notApplicable("retry", doc, "only a failed, cancelled or invalid task can be retried; this one is %s", doc.Status)
+	return p.rewrite(ctx, key, "retry", needs(fStatus, fRunning, fHolders, fConcurrency, fSucceeded, fPlan), func(doc *readTask, now time.Time) (bson.D, error) {
+		update, why := taskstate.Retry(doc.Task, now, p.cfg.Retention.policy())
+		if why != "" {
+			return nil, notApplicable("retry", doc.Task, "%s", why)
 		}
-		status := StatusPending
-		if doc.Running > 0 {
-			status = StatusRunning
-		}
-		set := bson.D{
-			{Key: fStatus, Value: status}, {Key: fFailedRuns, Value: 0}, {Key: fRunAt, Value: now},
-			{Key: fFree, Value: doc.Concurrency - doc.Running - doc.Succeeded}, {Key: fUpdatedAt, Value: now},
-		}
-		if doc.Plan != nil {
-			set = append(set, bson.E{Key: pScheduled, Value: now})
-		}
-		return bson.D{
-			{Key: "$set", Value: set},
-			{Key: "$unset", Value: bson.D{{Key: fExpireAt, Value: ""}, {Key: fInvalid, Value: ""}}},
-			{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}},
-		}, nil
+		return update, nil
 	})
 }
 
@@ -90,18 +74,12 @@ func (p *Producer[P]) Retry(ctx context.Context, key string) error {
 // current planned time runs now (the handler still sees it as
 // Run.PlannedAt) and the planned times after it stay where they were.
 func (p *Producer[P]) RunNow(ctx context.Context, key string) error {
-	return p.rewrite(ctx, key, "run now", func(doc *taskDoc, now time.Time) (bson.D, error) {
-		switch {
-		case doc.Status != StatusPending:
-			return nil, notApplicable("run now", doc, "only a pending task can be run now; this one is %s", doc.Status)
-		case doc.Paused:
-			return nil, notApplicable("run now", doc, "the task is paused: resume it first")
+	return p.rewrite(ctx, key, "run now", needs(fStatus, fPaused, fPlan), func(doc *readTask, now time.Time) (bson.D, error) {
+		update, why := taskstate.RunNow(doc.Task, now)
+		if why != "" {
+			return nil, notApplicable("run now", doc.Task, "%s", why)
 		}
-		set := bson.D{{Key: fRunAt, Value: now}, {Key: fUpdatedAt, Value: now}}
-		if doc.Plan != nil {
-			set = append(set, bson.E{Key: pScheduled, Value: now})
-		}
-		return bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}}}, nil
+		return update, nil
 	})
 }
 
@@ -116,26 +94,32 @@ type DeleteOpts struct {
 }
 
 // Delete removes the task. Its run records in the history stay until
-// their retention ends.
+// their retention ends. It reads only what it needs of the task (whether
+// runs are going, and its rev to fence on), so a task edited out of shape
+// can always be deleted.
 func (p *Producer[P]) Delete(ctx context.Context, key string, opts *DeleteOpts) error {
 	force := opts != nil && opts.Force
+	need := needs(fRunning, fHolders)
+	if force {
+		need = needs() // nothing stops a forced delete
+	}
 	for try := 0; try < rewriteTries; try++ {
-		doc, err := p.read(ctx, key, "delete")
+		doc, err := p.read(ctx, key, "delete", need)
 		if err != nil {
 			return err
 		}
-		if doc.Running > 0 {
+		if doc.Running > 0 || len(doc.Holders) > 0 {
 			if !force {
-				return notApplicable("delete", doc, "%d run%s going: cancel the task first, or delete it with force", doc.Running, plural(doc.Running))
+				return notApplicable("delete", doc.Task, "%d run%s going: cancel the task first, or delete it with force", doc.Running, plural(doc.Running))
 			}
 			if doc, err = p.cancelAndWait(ctx, doc); err != nil {
 				return err
 			}
 		}
-		if err := p.logBeforeDelete(ctx, key); err != nil {
+		if err := p.logBeforeDelete(ctx, doc.RawID); err != nil {
 			return err
 		}
-		res, err := p.coll.DeleteOne(ctx, bson.D{{Key: fID, Value: key}, revFence(doc.Rev)})
+		res, err := p.coll.DeleteOne(ctx, append(taskstate.ByID(doc.RawID), taskstate.SameRev(doc.rawRev)))
 		if err != nil {
 			return fmt.Errorf("mscheduler: delete %q: %w", key, err)
 		}
@@ -148,30 +132,30 @@ func (p *Producer[P]) Delete(ctx context.Context, key string, opts *DeleteOpts) 
 
 // logBeforeDelete writes the history records the task still marks as
 // unlogged: deleting it would lose the marks.
-func (p *Producer[P]) logBeforeDelete(ctx context.Context, key string) error {
-	var t unloggedTask
-	err := p.coll.FindOne(ctx, bson.D{{Key: fID, Value: key}, {Key: fUnlogged, Value: op("$gt", bson.D{})}},
-		options.FindOne().SetProjection(bson.D{{Key: fUnlogged, Value: 1}, {Key: fRuns, Value: 1}, {Key: fInvalid, Value: 1}})).Decode(&t)
+func (p *Producer[P]) logBeforeDelete(ctx context.Context, id bson.RawValue) error {
+	raw, err := p.coll.FindOne(ctx, append(taskstate.ByID(id), bson.E{Key: fUnlogged, Value: op("$gt", bson.D{})}),
+		options.FindOne().SetProjection(unloggedProjection)).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("mscheduler: delete %q: %w", key, err)
+		return fmt.Errorf("mscheduler: delete %q: %w", stored.IDString(id), err)
 	}
-	_, err = writeUnloggedOf(ctx, p.coll, []unloggedTask{t}, p.cfg.Retention, p.clock.Now())
+	_, err = writeUnloggedOf(ctx, p.coll, []bson.Raw{raw}, p.cfg.Retention, p.clock.Now(), 0)
 	return err
 }
 
 // cancelAndWait cancels a task with runs going and waits, up to three ping
 // intervals, for them to end; it returns the task as last read.
-func (p *Producer[P]) cancelAndWait(ctx context.Context, doc *taskDoc) (*taskDoc, error) {
-	if err := p.Cancel(ctx, doc.Key); err != nil && !isNotApplicable(err) {
+func (p *Producer[P]) cancelAndWait(ctx context.Context, doc *readTask) (*readTask, error) {
+	// Whatever the document holds: nothing stops a forced delete.
+	if err := p.cancel(ctx, doc.Key, needs()); err != nil && !isNotApplicable(err) {
 		return nil, err
 	}
-	deadline := time.Now().Add(3 * fromMS(max(doc.PingIntervalMS, 100)))
+	deadline := time.Now().Add(3 * fromMS(min(max(doc.PingIntervalMS, 100), 60_000)))
 	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
-		d, err := p.read(ctx, doc.Key, "delete")
-		if err != nil || d.Running == 0 || time.Now().After(deadline) {
+		d, err := p.read(ctx, doc.Key, "delete", needs())
+		if err != nil || d.Running == 0 && len(d.Holders) == 0 || time.Now().After(deadline) {
 			return d, err
 		}
 		select {
@@ -195,8 +179,7 @@ func (p *Producer[P]) DeleteFinished(ctx context.Context, olderThan time.Duratio
 	if err := p.clock.ensure(ctx, p.coll.Database()); err != nil {
 		return 0, err
 	}
-	filter := bson.D{{Key: fStatus, Value: op("$in", finalStatuses)}, {Key: fUpdatedAt, Value: op("$lt", p.clock.Now().Add(-olderThan))}, allLogged}
-	return deleteInBatches(ctx, p.coll, filter)
+	return deleteInBatches(ctx, p.coll, taskstate.FinishedBefore(p.clock.Now().Add(-olderThan)))
 }
 
 // deleteInBatches deletes what filter selects, a batch of ids at a time,

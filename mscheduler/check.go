@@ -6,40 +6,20 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
-// checkBatch bounds the documents one check looks at.
-const checkBatch = 20
+// checkBatch bounds the documents one check looks at; a full batch that
+// changed something is followed by another at once.
+const checkBatch = 100
 
 // The claim query only matches well-formed documents, so a document that a
-// person added or edited into a shape it cannot match (no status, an
-// unknown one, a run_at that is not a date, a missing counter) would wait
-// for ever, silently, while it looks pending. The check finds such
-// documents and sets them invalid with the reason, so that the one query
-// for invalid tasks shows them too.
-
-// unclaimableFilter selects the documents that claim no run and are not
-// finished for a reason the library knows (a pending task with no free
-// slot and no run going never runs either). Each clause is served by an
-// index the claims already need: the first by claim (status), the others
-// by due (status, run_at).
-func unclaimableFilter(now time.Time) bson.D {
-	known := make(bson.A, len(knownStatuses))
-	for i, s := range knownStatuses {
-		known[i] = s
-	}
-	return bson.D{{Key: "$or", Value: bson.A{
-		bson.D{{Key: fStatus, Value: op("$nin", known)}},
-		bson.D{{Key: fStatus, Value: op("$in", claimableStatuses)}, {Key: fRunAt, Value: op("$not", op("$type", "date"))}},
-		bson.D{{Key: fStatus, Value: op("$in", claimableStatuses)}, {Key: fRunAt, Value: op("$lte", now)}, {Key: "$or", Value: bson.A{
-			op(fFree, op("$not", op("$type", "number"))),
-			op(fConcurrency, op("$not", op("$type", "number"))),
-			op(fRunning, op("$not", op("$type", "number"))),
-		}}},
-		bson.D{{Key: fStatus, Value: StatusPending}, {Key: fRunAt, Value: op("$lte", now)}, {Key: fRunning, Value: op("$lte", 0)}, {Key: fFree, Value: op("$lte", 0)}},
-	}}}
-}
+// person added or edited into a shape it cannot match would wait for ever,
+// silently, while it looks pending (see taskstate.Audit). The check finds
+// such documents, repairs the fields bound to their status that are the
+// library's to repair, and sets the others invalid with the reason, so
+// that the one query for invalid tasks shows them too.
 
 // checkIfDue runs a check when its time has come, run by the claim loop
 // of the maintenance lease holder alone: N workers cost the server one.
@@ -52,37 +32,54 @@ func (c *Consumer[P, R]) checkIfDue(ctx context.Context, st *claimState) {
 	if !c.leader.Load() {
 		return
 	}
-	if err := c.check(ctx, now); err != nil {
+	again, err := c.check(ctx, now)
+	if err != nil {
 		c.loopError(ctx, err)
+	}
+	if again {
+		st.checkAt = now // the rest at the next pass of the loop
+		c.wake()
 	}
 }
 
-// check sets the unclaimable documents it finds invalid, each fenced on
-// still being unclaimable, so that a repair made meanwhile stands.
-func (c *Consumer[P, R]) check(ctx context.Context, now time.Time) error {
-	filter := unclaimableFilter(now)
-	cur, err := c.coll.Find(ctx, filter, options.Find().SetLimit(checkBatch).SetProjection(bson.D{{Key: fRuns, Value: 0}, {Key: fParams, Value: 0}}))
+// check repairs or sets invalid the documents of one batch the audit
+// finds, each fenced on still being as read and still found, so that a
+// repair made meanwhile stands. It says whether another batch may wait.
+func (c *Consumer[P, R]) check(ctx context.Context, now time.Time) (bool, error) {
+	filter := taskstate.Audit(now)
+	raws, err := findAll(ctx, c.coll, filter, nil, bson.D{{Key: fRuns, Value: 0}, {Key: fParams, Value: 0}}, checkBatch)
 	if err != nil {
-		return fmt.Errorf("mscheduler: check for unclaimable tasks: %w", err)
+		return false, fmt.Errorf("mscheduler: check for unclaimable tasks: %w", err)
 	}
-	var raws []bson.Raw
-	if err := cur.All(ctx, &raws); err != nil {
-		return fmt.Errorf("mscheduler: check for unclaimable tasks: %w", err)
-	}
+	changed := 0
 	for _, raw := range raws {
-		id := raw.Lookup(fID)
-		key, _ := id.StringValueOK()
-		if key == "" {
-			key = id.String()
-		}
-		prob := inspect(raw)
-		if prob == nil { // not reached: every clause is a problem inspect names
-			prob = &problem{field: "(document)", reason: "cannot be claimed as stored"}
-		}
-		q := &quarantine{key: key, filter: append(bson.D{{Key: fID, Value: id}}, filter...), raw: raw, prob: prob, found: foundByCheck}
-		if _, err := c.quarantine(ctx, q); err != nil {
+		if ok, err := c.checkOne(ctx, raw, filter, now); err != nil {
 			c.loopError(ctx, err)
+		} else if ok {
+			changed++
 		}
 	}
-	return nil
+	return len(raws) == checkBatch && changed > 0, nil
+}
+
+// checkOne repairs one document the audit found, or sets it invalid; it
+// says whether it wrote.
+func (c *Consumer[P, R]) checkOne(ctx context.Context, raw bson.Raw, audit bson.D, now time.Time) (bool, error) {
+	if filter, update := taskstate.Repair(raw, now); update != nil {
+		res, err := c.coll.UpdateOne(ctx, append(filter, audit...), update)
+		if err != nil {
+			return false, fmt.Errorf("mscheduler: repair %s: %w", describeID(raw), err)
+		}
+		if res.MatchedCount > 0 {
+			c.log.Warn("task document repaired: a field bound to its status contradicted it", "key", describeID(raw), "update", fmt.Sprint(update))
+		}
+		return res.MatchedCount > 0, nil
+	}
+	prob := inspect(raw)
+	if prob == nil { // changed since it was found, or a problem no field names
+		return false, nil
+	}
+	q := newQuarantine(raw, prob, taskstate.FoundByCheck)
+	q.extra = audit
+	return c.quarantine(ctx, q)
 }

@@ -11,6 +11,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // A batch claim fills k free slots with three commands, whatever k (two,
@@ -47,6 +49,7 @@ type claimed struct {
 // batch (the claim's inspection sets such a task invalid, naming it).
 type candidate struct {
 	Key             string
+	id              bson.RawValue // the _id as read: the claim's statement is fenced on it
 	Priority        int64
 	WorkerTimeoutMS int64
 	raw             bson.Raw // the task as read, without its runs
@@ -63,8 +66,8 @@ func candidateOf(raw bson.Raw) (candidate, bool) {
 	}
 	priority, _ := raw.Lookup(fPriority).AsInt64OK()
 	timeout, _ := raw.Lookup(fWorkerTimeoutMS).AsInt64OK()
-	return candidate{Key: key, Priority: priority, WorkerTimeoutMS: timeout, raw: raw,
-		exact: exactCandidate(raw), contended: contendedCandidate(raw)}, true
+	return candidate{Key: key, id: raw.Lookup(fID), Priority: priority, WorkerTimeoutMS: timeout, raw: raw,
+		exact: taskstate.ExactCandidate(raw), contended: contendedCandidate(raw)}, true
 }
 
 // contendedCandidate says two consumers claiming the candidate at once
@@ -108,9 +111,9 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 	exact := true
 	for i, cd := range chosen {
 		runIDs[i] = newRunID()
-		filter := c.claimFilterOf(cd.Key, now)
+		filter := c.claimFilterOf(st, cd, now)
 		if cd.exact {
-			filter = append(filter, asReadFence(cd.raw)...)
+			filter = append(filter, taskstate.AsReadFence(cd.raw)...)
 		}
 		exact = exact && cd.exact
 		models[i] = mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(c.claimUpdate(st, runIDs[i], now))
@@ -188,7 +191,7 @@ func (c *Consumer[P, R]) chooseCandidates(ctx context.Context, st *claimState, k
 	if c.cfg.ClaimSpareFor > 0 {
 		limit = max(2*limit, minSpareRead)
 	}
-	cands, err := c.candidates(ctx, claimFilter(c.cfg.WorkerID, c.cfg.Groups, st.skipped.keys(now), now), limit)
+	cands, err := c.candidates(ctx, c.claimant(st, now).Due(now), limit)
 	if err != nil {
 		return nil, false, err // the spares are gone already: take found too few
 	}
@@ -229,7 +232,7 @@ const minSpareRead = 16
 func (c *Consumer[P, R]) claimedAsRead(st *claimState, chosen []candidate, runIDs []string, now time.Time) ([]claimed, bool) {
 	out := make([]claimed, len(chosen))
 	for i, cd := range chosen {
-		raw, err := asClaimed(cd.raw, c.cfg.WorkerID, c.claimHolder(runIDs[i], now), now, c.claimExpiry(st, now))
+		raw, err := taskstate.ClaimedAsRead(cd.raw, c.cfg.WorkerID, c.claimHolder(runIDs[i], now), now, c.claimExpiry(st, now))
 		if err != nil {
 			return nil, false
 		}
@@ -253,10 +256,11 @@ func notWon(runIDs []string, won []claimed) []int {
 	return out
 }
 
-// claimFilterOf is the claim filter on the task key alone, as a statement
-// of a batch claim: every write of a claim names its task.
-func (c *Consumer[P, R]) claimFilterOf(key string, now time.Time) bson.D {
-	return append(bson.D{{Key: fID, Value: key}}, claimFilter(c.cfg.WorkerID, c.cfg.Groups, nil, now)...)
+// claimFilterOf is the claim filter on the candidate alone, as a statement
+// of a batch claim: every write of a claim names its task, by its _id as
+// read.
+func (c *Consumer[P, R]) claimFilterOf(st *claimState, cd candidate, now time.Time) bson.D {
+	return c.claimant(st, now).DueByKey(cd.id, now)
 }
 
 // claimEachAlone claims the candidates one at a time, after a batch the
@@ -283,7 +287,7 @@ func (c *Consumer[P, R]) claimAlone(st *claimState, cd candidate) ([]claimed, er
 	wctx, cancel := c.writeCtx()
 	defer cancel()
 	now, runID := c.clock.Now(), newRunID()
-	filter := c.claimFilterOf(cd.Key, now)
+	filter := c.claimFilterOf(st, cd, now)
 	res, err := c.coll.UpdateOne(wctx, filter, c.claimUpdate(st, runID, now))
 	switch {
 	case err != nil && isServerRefusal(err):
@@ -313,20 +317,11 @@ func appendBounded(ids []string, id string) []string {
 }
 
 // claimUpdate is the update that claims one slot of a task for run runID.
+// Sweeps look at the task from when its lease may lapse: the shortest
+// worker timeout among the tasks this worker claimed last, a guess that
+// the first ping corrects.
 func (c *Consumer[P, R]) claimUpdate(st *claimState, runID string, now time.Time) bson.D {
-	return bson.D{
-		{Key: "$set", Value: bson.D{
-			{Key: fStatus, Value: StatusRunning},
-			{Key: holderPath(c.cfg.WorkerID), Value: c.claimHolder(runID, now)},
-			{Key: fUpdatedAt, Value: now},
-		}},
-		{Key: "$inc", Value: bson.D{{Key: fFree, Value: -1}, {Key: fRunning, Value: 1}, {Key: fRev, Value: 1}}},
-		// Sweeps look at the task from when its lease may lapse: the
-		// shortest worker timeout among the tasks this worker claimed last,
-		// a guess that the first ping corrects.
-		{Key: "$min", Value: bson.D{{Key: fNextExpiry, Value: c.claimExpiry(st, now)}}},
-		{Key: "$unset", Value: bson.D{{Key: fInvalid, Value: ""}}}, // a repaired task's old reason
-	}
+	return taskstate.Claim(c.cfg.WorkerID, c.claimHolder(runID, now), c.claimExpiry(st, now), now)
 }
 
 // claimHolder is the holder entry a claim at now writes for run runID.
@@ -383,7 +378,7 @@ func (c *Consumer[P, R]) readClaims(ctx context.Context, chosen []candidate, run
 func (c *Consumer[P, R]) claimsFilter(chosen []candidate, runIDs []string) bson.D {
 	keys := make(bson.A, len(chosen))
 	for i, cd := range chosen {
-		keys[i] = cd.Key
+		keys[i] = cd.id
 	}
 	return bson.D{{Key: fID, Value: op("$in", keys)}, {Key: holderPath(c.cfg.WorkerID, hRun), Value: op("$in", runIDs)}}
 }

@@ -13,6 +13,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // claimLease is the lease a claim stores: an update cannot read the task's
@@ -103,11 +105,12 @@ func (c *Consumer[P, R]) claimDue(st *claimState) bool {
 
 // claimState belongs to the claim loop goroutine alone.
 type claimState struct {
-	due     dueHeap // server times when something may become claimable or expire
-	skipped skipList
-	pollAt  time.Time
-	sweepAt time.Time
-	checkAt time.Time
+	due        dueHeap // server times when something may become claimable or expire
+	skipped    skipList
+	sweepSkips sweepSkipList
+	pollAt     time.Time
+	sweepAt    time.Time
+	checkAt    time.Time
 	// maintainAt is the next try at the maintenance lease; ttl says the
 	// server deletes expired documents itself, once ttlKnown.
 	maintainAt    time.Time
@@ -319,25 +322,24 @@ func (c *Consumer[P, R]) claimSlots(ctx context.Context, st *claimState, k int) 
 func (c *Consumer[P, R]) admit(raw bson.Raw, runID string, st *claimState) bool {
 	doc, task, prob := decodeClaimed[P](raw, c.cfg.WorkerID)
 	if prob != nil {
-		key, _ := raw.Lookup(fID).StringValueOK()
-		c.quarantineClaimed(key, raw, runID, prob)
+		c.quarantineClaimed(raw, runID, prob)
 		return false
 	}
 	st.leases.observe(fromMS(doc.WorkerTimeoutMS))
 	if !c.planGate(doc) {
 		return false
 	}
-	task.RunAt, task.Run.PlannedAt = doc.RunAt, ptrTime(doc.planned()) // the plan gate may have moved them
+	task.RunAt, task.Run.PlannedAt = doc.RunAt, ptrTime(doc.Planned()) // the plan gate may have moved them
 	c.startRun(doc, task, st.claimLatency)
 	return true
 }
 
 // quarantineClaimed sets a claimed task that cannot run as stored to
 // StatusInvalid, ending this worker's claim in the same write.
-func (c *Consumer[P, R]) quarantineClaimed(key string, raw bson.Raw, runID string, prob *problem) {
+func (c *Consumer[P, R]) quarantineClaimed(raw bson.Raw, runID string, prob *problem) {
 	ctx, cancel := c.writeCtx()
 	defer cancel()
-	q := &quarantine{key: key, filter: fence(key, c.cfg.WorkerID, runID), raw: raw, prob: prob, found: foundAtClaim, holder: c.cfg.WorkerID}
+	q := newQuarantine(raw, prob, taskstate.FoundAtClaim).ending(c.cfg.WorkerID, runID, nil, time.Time{})
 	if _, err := c.quarantine(ctx, q); err != nil {
 		// The claim's lease lapses and a sweep ends it; the next claim of
 		// the task tries again.
@@ -350,7 +352,7 @@ func (c *Consumer[P, R]) quarantineClaimed(key string, raw bson.Raw, runID strin
 // if there is none.
 func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (bson.Raw, string, error) {
 	now := c.clock.Now()
-	filter := claimFilter(c.cfg.WorkerID, c.cfg.Groups, st.skipped.keys(now), now)
+	filter := c.claimant(st, now).Due(now)
 	runID := newRunID()
 	update := c.claimUpdate(st, runID, now)
 	opts := options.FindOneAndUpdate().SetSort(claimSort).SetReturnDocument(options.After)
@@ -385,13 +387,10 @@ func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (bson.Raw
 // will most likely take, for the first claim's next_expiry.
 func (c *Consumer[P, R]) peekLease(ctx context.Context, st *claimState) {
 	now := c.clock.Now()
-	var doc struct {
-		WorkerTimeoutMS int64 `bson:"worker_timeout_ms"`
-	}
 	opts := options.FindOne().SetSort(claimSort).SetProjection(bson.D{{Key: fWorkerTimeoutMS, Value: 1}})
-	err := c.coll.FindOne(ctx, claimFilter(c.cfg.WorkerID, c.cfg.Groups, nil, now), opts).Decode(&doc)
-	if err == nil && doc.WorkerTimeoutMS > 0 {
-		st.leases.observe(fromMS(doc.WorkerTimeoutMS))
+	raw, err := c.coll.FindOne(ctx, c.claimant(st, now).Due(now), opts).Raw()
+	if timeout, ok := raw.Lookup(fWorkerTimeoutMS).AsInt64OK(); err == nil && ok && timeout > 0 {
+		st.leases.observe(fromMS(timeout))
 	}
 }
 
@@ -425,20 +424,18 @@ func (c *Consumer[P, R]) confirmLostClaims(ctx context.Context, st *claimState) 
 }
 
 func (c *Consumer[P, R]) releaseLostClaim(raw bson.Raw, runID string) {
-	key, _ := raw.Lookup(fID).StringValueOK()
-	var h holder
-	_ = raw.Lookup(fHolders, c.cfg.WorkerID).Unmarshal(&h)
 	doc, _, prob := decodeClaimed[P](raw, c.cfg.WorkerID)
 	if prob != nil {
-		c.quarantineClaimed(key, raw, runID, prob)
+		c.quarantineClaimed(raw, runID, prob)
 		return
 	}
-	r := &activeRun{key: key, runID: runID, started: h.Started, doc: doc}
+	h := doc.Holders[c.cfg.WorkerID]
+	r := &activeRun{key: doc.Key, id: doc.RawID, runID: runID, started: h.Started, doc: doc}
 	r.leaseUntil.Store(h.LeaseUntil.UnixNano())
 	r.finished.Store(true)
 	end := c.newRunEnd(r, 0)
-	end.record.Outcome = OutcomeReleased
-	end.record.Error = "the claim's reply was lost; released without running"
+	end.Record.Outcome = OutcomeReleased
+	end.Record.Error = "the claim's reply was lost; released without running"
 	c.writeEnd(r, end)
 }
 
@@ -447,29 +444,23 @@ func (c *Consumer[P, R]) releaseLostClaim(raw bson.Raw, runID string) {
 // params that do not decode into P, a broken plan) returns the problem,
 // naming the field.
 func decodeClaimed[P any](raw bson.Raw, workerID string) (*taskDoc, *Task[P], *problem) {
-	if p := inspect(raw); p != nil {
+	doc, p := inspectTask(raw)
+	if p != nil {
 		return nil, nil, p
-	}
-	var doc taskDoc
-	if err := bson.Unmarshal(raw, &doc); err != nil {
-		return nil, nil, &problem{field: "(document)", reason: fmt.Sprintf("cannot be decoded: %v", err)}
-	}
-	if doc.Key == "" {
-		doc.Key = doc.ID
 	}
 	h, ok := doc.Holders[workerID]
 	if !ok {
-		return nil, nil, &problem{field: holderPath(workerID), reason: "is missing right after the claim"}
+		return nil, nil, &problem{Field: holderPath(workerID), Reason: "is missing right after the claim"}
 	}
-	task, err := decodeTask[P](&doc)
+	task, err := decodeTask[P](doc)
 	if err != nil {
-		return nil, nil, &problem{field: fParams, reason: err.Error()}
+		return nil, nil, &problem{Field: fParams, Reason: err.Error()}
 	}
 	task.Run = &Run{
-		ID: h.Run, WorkerID: workerID, StartedAt: h.Started, PlannedAt: ptrTime(doc.planned()),
+		ID: h.Run, WorkerID: workerID, StartedAt: h.Started, PlannedAt: ptrTime(doc.Planned()),
 		Status: doc.Status, Succeeded: doc.Succeeded, FailedRuns: doc.FailedRuns,
 	}
-	return &doc, task, nil
+	return doc, task, nil
 }
 
 // isServerRefusal reports an error where the server refused the command on
@@ -491,47 +482,38 @@ func (c *Consumer[P, R]) refused(ctx context.Context, st *claimState, filter bso
 		c.loopError(ctx, fmt.Errorf("mscheduler: claim refused (%v), and the task could not be identified: %w", cause, err))
 		return
 	}
-	key, _ := raw.Lookup(fID).StringValueOK()
+	key := describeID(raw)
 	prob := inspect(raw)
 	if prob == nil {
-		prob = &problem{field: "(document)", reason: "cannot be claimed: " + serverMessage(cause)}
+		prob = &problem{Field: "(document)", Reason: "cannot be claimed: " + serverMessage(cause)}
 	}
-	q := &quarantine{key: key, filter: asRead(raw), raw: raw, prob: prob, found: foundAtRefusal}
-	if _, err := c.quarantine(ctx, q); err != nil {
+	if _, err := c.quarantine(ctx, newQuarantine(raw, prob, taskstate.FoundAtRefusal)); err != nil {
 		st.skipped.add(key, c.clock.Now().Add(skipFor))
 		c.log.Error("task cannot be claimed nor set invalid; skipping it for a while", "key", key, "error", err, "skip_for", skipFor)
 		c.emit(Event{Kind: EventError, Key: key, Err: fmt.Errorf("mscheduler: task %q cannot be claimed (%v), skipped for %s: %w", key, prob, skipFor, err)})
 	}
 }
 
-// asRead fences a write on a task not having changed since it was read:
-// same rev, or, for a document without one, same status.
-func asRead(raw bson.Raw) bson.D {
-	f := bson.D{{Key: fID, Value: raw.Lookup(fID)}}
-	for _, field := range []string{fRev, fStatus} {
-		if v := raw.Lookup(field); v.Type != 0 {
-			return append(f, bson.E{Key: field, Value: v})
-		}
-	}
-	return append(f, bson.E{Key: fStatus, Value: op("$exists", false)})
-}
-
 // scheduleNextDue remembers when the earliest not-yet-due eligible task
 // becomes claimable, so the loop wakes then without polling.
 func (c *Consumer[P, R]) scheduleNextDue(ctx context.Context, st *claimState) {
 	now := c.clock.Now()
-	var doc struct {
-		RunAt time.Time `bson:"run_at"`
-	}
 	opts := options.FindOne().SetSort(bson.D{{Key: fRunAt, Value: 1}}).SetProjection(bson.D{{Key: fRunAt, Value: 1}})
-	err := c.coll.FindOne(ctx, futureFilter(c.cfg.WorkerID, c.cfg.Groups, st.skipped.keys(now), now), opts).Decode(&doc)
+	raw, err := c.coll.FindOne(ctx, c.claimant(st, now).Future(now), opts).Raw()
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 	case err != nil:
 		c.loopError(ctx, fmt.Errorf("mscheduler: find next due task: %w", err))
 	default:
-		st.due.add(doc.RunAt)
+		if at, ok := raw.Lookup(fRunAt).TimeOK(); ok { // the filter holds dates only
+			st.due.add(at)
+		}
 	}
+}
+
+// claimant is this consumer as a claim's filters name it at now.
+func (c *Consumer[P, R]) claimant(st *claimState, now time.Time) taskstate.Claimant {
+	return taskstate.Claimant{WorkerID: c.cfg.WorkerID, Groups: c.cfg.Groups, Skipped: st.skipped.keys(now)}
 }
 
 // loopError reports a failed background operation. A stop in progress is

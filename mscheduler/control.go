@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // Pause stops new runs of the task; runs going on finish. The planned times
@@ -18,10 +22,7 @@ func (p *Producer[P]) Pause(ctx context.Context, key string) error {
 	if err := p.checkSchema(ctx); err != nil {
 		return err
 	}
-	res, err := p.coll.UpdateOne(ctx, bson.D{{Key: fID, Value: key}}, bson.D{
-		{Key: "$set", Value: bson.D{{Key: fPaused, Value: true}, {Key: fUpdatedAt, Value: p.clock.Now()}}},
-		{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}},
-	})
+	res, err := p.coll.UpdateOne(ctx, taskstate.ByID(taskstate.KeyID(key)), taskstate.Pause(p.clock.Now()))
 	if err != nil {
 		return fmt.Errorf("mscheduler: pause %q: %w", key, err)
 	}
@@ -32,21 +33,47 @@ func (p *Producer[P]) Pause(ctx context.Context, key string) error {
 }
 
 // Resume lets a paused task run again; on a task that is not paused it
-// returns an *ActionError and writes nothing. A task with a plan continues from its first planned time after
-// now; the planned times that passed while it was paused are counted as
-// skipped (if none is left, the plan finishes). It returns [ErrNotFound] if
-// no task has the key.
+// returns an *ActionError and writes nothing. A task with a plan continues
+// from its first planned time after now; the planned times that passed
+// while it was paused are counted as skipped (if none is left, the plan
+// finishes). It returns [ErrNotFound] if no task has the key.
 func (p *Producer[P]) Resume(ctx context.Context, key string) error {
-	return p.rewrite(ctx, key, "resume", func(doc *taskDoc, now time.Time) (bson.D, error) {
-		if !doc.Paused {
-			return nil, notApplicable("resume", doc, "the task is not paused")
-		}
-		update, err := resumeUpdate(doc, now, p.cfg.Retention)
+	return p.rewrite(ctx, key, "resume", needs(fPaused, fStatus, fPlan, fRunning, fSucceeded, fFailedRuns), func(doc *readTask, now time.Time) (bson.D, error) {
+		step, err := resumeStep(doc.Task, now)
 		if err != nil {
 			return nil, fmt.Errorf("mscheduler: resume %q: %w", key, err)
 		}
+		update, why := taskstate.Resume(doc.Task, step, now, p.cfg.Retention.policy())
+		if why != "" {
+			return nil, notApplicable("resume", doc.Task, "%s", why)
+		}
 		return update, nil
 	})
+}
+
+// resumeStep is where Resume moves a pending task's plan: for a plan whose
+// current planned time passed while no run of it was going, as a late
+// first start under MissedSkip with no grace would, to the first planned
+// time after now, the others skipped and counted as missed too (none
+// left: the plan finishes). Pending skips are left for the claim to apply.
+// Nil for a task without a plan, or not pending.
+func resumeStep(doc *taskDoc, now time.Time) (*taskstate.Step, error) {
+	pl := doc.Plan
+	if pl == nil || doc.Status != StatusPending {
+		return nil, nil
+	}
+	s, err := scheduleOf(pl)
+	if err != nil {
+		return nil, err
+	}
+	step := s.resumeStep(pl, doc.Running, doc.Succeeded, doc.FailedRuns, now)
+	return ownerStep(step, 0), nil
+}
+
+// ownerStep is a plan's step as the owner of a task's state writes it:
+// skipNext is the plan's skip_next the step consumed (0 if it did not).
+func ownerStep(step Step, skipNext int) *taskstate.Step {
+	return &taskstate.Step{Next: step.Next, Skipped: step.Skipped, Missed: missedOf(step, skipNext), Done: step.Done}
 }
 
 // rewriteTries bounds how often a rewrite reads again after a concurrent
@@ -54,12 +81,13 @@ func (p *Producer[P]) Resume(ctx context.Context, key string) error {
 const rewriteTries = 5
 
 // rewrite reads the task, builds a write from what it read, and applies it
-// fenced on the task's rev, reading again when a concurrent write moved the
-// task. A nil write means there is nothing to do; an error from build is
-// returned as it is, and nothing is written.
-func (p *Producer[P]) rewrite(ctx context.Context, key, verb string, build func(doc *taskDoc, now time.Time) (bson.D, error)) error {
+// fenced on the task's rev as read, reading again when a concurrent write
+// moved the task. A nil write means there is nothing to do; an error from
+// build is returned as it is, and nothing is written. A stored field the
+// action needs (need) that cannot be read refuses it, naming the field.
+func (p *Producer[P]) rewrite(ctx context.Context, key, verb string, need func(string) bool, build func(doc *readTask, now time.Time) (bson.D, error)) error {
 	for try := 0; try < rewriteTries; try++ {
-		doc, err := p.read(ctx, key, verb)
+		doc, err := p.read(ctx, key, verb, need)
 		if err != nil {
 			return err
 		}
@@ -67,7 +95,7 @@ func (p *Producer[P]) rewrite(ctx context.Context, key, verb string, build func(
 		if err != nil || update == nil {
 			return err
 		}
-		res, err := p.coll.UpdateOne(ctx, bson.D{{Key: fID, Value: key}, revFence(doc.Rev)}, update)
+		res, err := p.coll.UpdateOne(ctx, append(taskstate.ByID(doc.RawID), taskstate.SameRev(doc.rawRev)), update)
 		if err != nil {
 			return fmt.Errorf("mscheduler: %s %q: %w", verb, key, err)
 		}
@@ -79,76 +107,49 @@ func (p *Producer[P]) rewrite(ctx context.Context, key, verb string, build func(
 	return fmt.Errorf("mscheduler: %s %q: the task kept changing; try again", verb, key)
 }
 
-// revFence matches a task still at rev; 0 also matches a document added
-// by hand without one.
-func revFence(rev int64) bson.E {
-	if rev == 0 {
-		return bson.E{Key: fRev, Value: op("$in", bson.A{0, nil})}
+// needs says a stored field is one of fields, or under one of them.
+func needs(fields ...string) func(string) bool {
+	return func(f string) bool {
+		for _, n := range fields {
+			if f == n || strings.HasPrefix(f, n+".") {
+				return true
+			}
+		}
+		return false
 	}
-	return bson.E{Key: fRev, Value: rev}
 }
 
-// read reads the task for an edit (without its params and runs); a
-// document that does not decode is reported with the field at fault.
-func (p *Producer[P]) read(ctx context.Context, key, verb string) (*taskDoc, error) {
+// read reads the task for an action (without its params and runs),
+// through the gate: the fields that decode, and its rev as stored. A
+// field the action needs that does not decode refuses the action, naming
+// the field; the others do not matter to it.
+func (p *Producer[P]) read(ctx context.Context, key, verb string, need func(string) bool) (*readTask, error) {
 	if err := p.clock.ensure(ctx, p.coll.Database()); err != nil {
 		return nil, err
 	}
 	if err := p.checkSchema(ctx); err != nil {
 		return nil, err
 	}
-	raw, err := p.coll.FindOne(ctx, bson.D{{Key: fID, Value: key}}, options.FindOne().SetProjection(bson.D{{Key: fRuns, Value: 0}, {Key: fParams, Value: 0}})).Raw()
+	raw, err := p.coll.FindOne(ctx, taskstate.ByID(taskstate.KeyID(key)), options.FindOne().SetProjection(bson.D{{Key: fRuns, Value: 0}, {Key: fParams, Value: 0}})).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, fmt.Errorf("mscheduler: %s %q: %w", verb, key, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("mscheduler: %s %q: %w", verb, key, err)
 	}
-	var doc taskDoc
-	if err := bson.Unmarshal(raw, &doc); err != nil {
-		prob := inspect(raw)
-		if prob == nil {
-			prob = &problem{field: "(document)", reason: err.Error()}
+	doc, probs := stored.DecodeFields(raw)
+	for _, prob := range probs {
+		if prob.Field == stored.WholeDocument || need(prob.Field) {
+			return nil, fmt.Errorf("mscheduler: %s %q: the document cannot be read: %w", verb, key, prob)
 		}
-		return nil, fmt.Errorf("mscheduler: %s %q: the document cannot be read: %w", verb, key, prob)
 	}
-	if doc.Key == "" {
-		doc.Key = key
-	}
-	return &doc, nil
+	return &readTask{Task: doc, rawRev: raw.Lookup(fRev)}, nil
 }
 
-// resumeUpdate unpauses the task and, for a plan whose current planned time
-// passed while no run of it was going, moves it on as a late first start
-// under MissedSkip with no grace would: to the first planned time after
-// now, the others skipped and counted as missed too (none left: the plan
-// finishes). Pending skips are left for the claim to apply.
-func resumeUpdate(doc *taskDoc, now time.Time, retention Retention) (bson.D, error) {
-	set := bson.D{{Key: fUpdatedAt, Value: now}}
-	inc := bson.D{{Key: fRev, Value: 1}}
-	if pl := doc.Plan; pl != nil && doc.Status == StatusPending {
-		s, err := pl.schedule()
-		if err != nil {
-			return nil, err
-		}
-		step := s.resumeStep(pl, doc.Running, doc.Succeeded, doc.FailedRuns, now)
-		switch {
-		case step.Done:
-			set = append(set, bson.E{Key: fStatus, Value: StatusFinished}, bson.E{Key: fFree, Value: 0})
-			if exp := retention.taskExpiry(StatusFinished, now); exp != nil {
-				set = append(set, bson.E{Key: fExpireAt, Value: *exp})
-			}
-			inc = append(inc, bson.E{Key: pSkipped, Value: step.Skipped}, bson.E{Key: pMissedCount, Value: missedOf(step, 0)})
-		case !step.Next.Equal(pl.Planned):
-			set = append(set, bson.E{Key: fRunAt, Value: step.Next}, bson.E{Key: pPlanned, Value: step.Next}, bson.E{Key: pScheduled, Value: now})
-			inc = append(inc, bson.E{Key: pSkipped, Value: step.Skipped}, bson.E{Key: pMissedCount, Value: missedOf(step, 0)})
-		}
-	}
-	return bson.D{
-		{Key: "$unset", Value: bson.D{{Key: fPaused, Value: ""}}},
-		{Key: "$set", Value: set},
-		{Key: "$inc", Value: inc},
-	}, nil
+// readTask is a task as an action read it.
+type readTask struct {
+	*stored.Task
+	rawRev bson.RawValue // the rev as stored, whatever its type: the action's fence
 }
 
 // SkipNextMax is the most planned times one SkipNext call skips; to stop a
@@ -166,17 +167,15 @@ func (p *Producer[P]) SkipNext(ctx context.Context, key string, n int) error {
 	if err := p.checkSchema(ctx); err != nil {
 		return err
 	}
-	res, err := p.coll.UpdateOne(ctx, bson.D{{Key: fID, Value: key}, {Key: fPlan, Value: op("$type", "object")}}, bson.D{
-		{Key: "$set", Value: bson.D{{Key: pSkipNext, Value: n}, {Key: fUpdatedAt, Value: p.clock.Now()}}},
-		{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}},
-	})
+	filter, update := taskstate.SkipNext(taskstate.KeyID(key), n, p.clock.Now())
+	res, err := p.coll.UpdateOne(ctx, filter, update)
 	if err != nil {
 		return fmt.Errorf("mscheduler: skip runs of %q: %w", key, err)
 	}
 	if res.MatchedCount > 0 {
 		return nil
 	}
-	n64, err := p.coll.CountDocuments(ctx, bson.D{{Key: fID, Value: key}})
+	n64, err := p.coll.CountDocuments(ctx, taskstate.ByID(taskstate.KeyID(key)))
 	switch {
 	case err != nil:
 		return fmt.Errorf("mscheduler: skip runs of %q: %w", key, err)

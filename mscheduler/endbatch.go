@@ -11,6 +11,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // A batch of run ends writes the ends of several runs of this worker in
@@ -18,12 +20,11 @@ import (
 // first alone, fenced on its run. When every statement matched, that is
 // all; otherwise one read of the tasks tells each run end what happened
 // to it:
-//   - its run's holder entry is gone and its unlogged mark holds this end's
-//     finish time: the statement applied;
 //   - the run still holds its slot: the task moved to another case since
 //     it was read, and the run end is written alone from the state read;
-//   - neither: another worker took the slot (a sweep that expired the run
-//     marks it with its own time), so the run is lost.
+//   - otherwise the statement applied, or another worker took the slot (a
+//     sweep that expired the run): the task's record of the run tells
+//     which (see goneOrApplied).
 //
 // The batcher's loop is the only writer of batches. It sends a batch as
 // soon as the previous one is written, taking every run end that queued
@@ -177,8 +178,8 @@ func (b *endBatcher) flush(ctx context.Context, batch []*endRequest) {
 	models := make([]mongo.WriteModel, 0, len(batch))
 	index := make([]int, 0, len(batch)) // batch index of each statement
 	for i, req := range batch {
-		if c, ok := req.end.likelyCase(); ok {
-			models = append(models, mongo.NewUpdateOneModel().SetFilter(req.end.filter(c)).SetUpdate(req.end.update(c)))
+		if c, ok := req.end.Likely(); ok {
+			models = append(models, mongo.NewUpdateOneModel().SetFilter(req.end.Filter(c)).SetUpdate(req.end.Update(c)))
 			index = append(index, i)
 		}
 	}
@@ -220,11 +221,10 @@ func (b *endBatcher) flush(ctx context.Context, batch []*endRequest) {
 // each request with what happened to its run.
 func (b *endBatcher) sortOut(ctx context.Context, batch []*endRequest, index []int, answer func(int, error)) {
 	keys := make(bson.A, 0, len(index))
-	proj := append(rereadProjection(), bson.E{Key: holderPath(b.workerID, hRun), Value: 1})
+	proj := append(taskstate.RefreshProjection(), bson.E{Key: holderPath(b.workerID, hRun), Value: 1})
 	for _, i := range index {
 		e := batch[i].end
-		keys = append(keys, e.key)
-		proj = append(proj, bson.E{Key: unloggedPath(e.record.RunID), Value: 1})
+		keys = append(keys, e.ID)
 	}
 	tasks, err := readByKey(ctx, b.coll, keys, proj)
 	if err != nil {
@@ -237,20 +237,20 @@ func (b *endBatcher) sortOut(ctx context.Context, batch []*endRequest, index []i
 		e := batch[i].end
 		raw := tasks[e.key]
 		run, _ := raw.Lookup(fHolders, b.workerID, hRun).StringValueOK()
-		mark, _ := raw.Lookup(fUnlogged, e.record.RunID).DateTimeOK()
 		switch {
-		case raw != nil && run == e.record.RunID:
+		case raw != nil && run == e.Record.RunID:
 			// Still held: alone, it starts from the state just read (and
 			// meets there the refusal of a statement the server refused).
-			if err := e.refresh(raw); err != nil {
-				answer(i, err)
+			if prob := e.Refresh(raw); prob != nil {
+				answer(i, &unreadableError{key: e.key, prob: prob})
 			} else {
 				answer(i, errWriteAlone)
 			}
-		case raw != nil && mark == e.record.Finished.UnixMilli():
-			answer(i, nil)
 		default:
-			answer(i, e.goneOrApplied(ctx, b.coll)) // the mark may be gone already
+			// Applied, or taken by another worker: the task's record of
+			// the run tells (a sweep's expiry marks the run too, maybe in
+			// the very same millisecond).
+			answer(i, e.goneOrApplied(ctx, b.coll))
 		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // startRun starts the goroutine that executes a claimed run. The claim loop
@@ -20,6 +22,7 @@ func (c *Consumer[P, R]) startRun(doc *taskDoc, task *Task[P], claimLatency time
 	ctx, cancel := context.WithCancelCause(c.workCtx)
 	r := &activeRun{
 		key:           doc.Key,
+		id:            doc.RawID,
 		runID:         h.Run,
 		started:       h.Started,
 		cancel:        cancel,
@@ -29,7 +32,7 @@ func (c *Consumer[P, R]) startRun(doc *taskDoc, task *Task[P], claimLatency time
 		doc:           doc,
 	}
 	r.leaseUntil.Store(effectiveLease(h, fromMS(doc.WorkerTimeoutMS)).UnixNano())
-	c.emit(Event{Kind: EventClaimed, Key: r.key, RunID: r.runID, Planned: ptrTime(doc.planned()), Latency: claimLatency})
+	c.emit(Event{Kind: EventClaimed, Key: r.key, RunID: r.runID, Planned: ptrTime(doc.Planned()), Latency: claimLatency})
 	c.log.Debug("claimed", "key", r.key, "run_id", r.runID)
 	c.pinger.add(r)
 	c.running.Add(1)
@@ -59,24 +62,24 @@ func (c *Consumer[P, R]) execute(ctx context.Context, r *activeRun, task *Task[P
 	end := c.newRunEnd(r, attempts)
 	switch {
 	case err == nil:
-		end.record.Outcome = OutcomeSucceeded
-		end.record.Result, err = c.encodeResult(result)
+		end.Record.Outcome = OutcomeSucceeded
+		end.Record.Result, err = c.encodeResult(result)
 		if err != nil {
-			end.record.Outcome, end.record.Result = OutcomeFailed, bson.RawValue{}
-			end.record.Error = err.Error()
+			end.Record.Outcome, end.Record.Result = OutcomeFailed, bson.RawValue{}
+			end.Record.Error = err.Error()
 		}
 	case errors.Is(context.Cause(ctx), ErrShutdown):
-		end.record.Outcome = OutcomeReleased
-		end.record.Error = c.capError(err.Error())
+		end.Record.Outcome = OutcomeReleased
+		end.Record.Error = c.capError(err.Error())
 	case errors.Is(context.Cause(ctx), ErrRevoked):
-		end.record.Outcome = OutcomeRevoked
-		end.record.Error = ErrRevoked.Error()
+		end.Record.Outcome = OutcomeRevoked
+		end.Record.Error = ErrRevoked.Error()
 	case errors.Is(context.Cause(ctx), ErrCancelled):
-		end.record.Outcome = OutcomeCancelled
-		end.record.Error = ErrCancelled.Error()
+		end.Record.Outcome = OutcomeCancelled
+		end.Record.Error = ErrCancelled.Error()
 	default:
-		end.record.Outcome = OutcomeFailed
-		end.record.Error = c.capError(err.Error())
+		end.Record.Outcome = OutcomeFailed
+		end.Record.Error = c.capError(err.Error())
 	}
 	r.ending = true
 	c.ending.Add(1)
@@ -134,23 +137,23 @@ func cutText(text string, limit int) string {
 
 func (c *Consumer[P, R]) newRunEnd(r *activeRun, attempts int) *runEnd {
 	now, doc := c.clock.Now(), r.doc
-	return &runEnd{
-		key:      r.key,
-		workerID: c.cfg.WorkerID,
-		fence:    fence(r.key, c.cfg.WorkerID, r.runID),
-		record: runRecord{
+	return &runEnd{key: r.key, End: taskstate.End{
+		ID:       r.id,
+		WorkerID: c.cfg.WorkerID,
+		Fence:    taskstate.RunFence(r.id, c.cfg.WorkerID, r.runID),
+		Record: runRecord{
 			RunID: r.runID, WorkerID: c.cfg.WorkerID, Started: r.started,
-			LeaseUntil: r.lease(), Finished: now, Attempts: attempts, Planned: doc.planned(),
+			LeaseUntil: r.lease(), Finished: now, Attempts: attempts, Planned: doc.Planned(),
 		},
-		distinct:      doc.DistinctWorkers,
-		maxFailedRuns: doc.MaxFailedRuns,
-		retryAt:       now.Add(backoff(fromMS(doc.RetryDelayMS), doc.FailedRuns+1)),
-		now:           now,
-		runsKept:      c.cfg.RunsKept,
-		retention:     c.cfg.Retention,
-		seen:          taskState{Status: doc.Status, Running: doc.Running, Free: doc.Free, FailedRuns: doc.FailedRuns},
-		advance:       newPlanAdvance(doc, r.started, now),
-	}
+		Distinct:      doc.DistinctWorkers,
+		MaxFailedRuns: doc.MaxFailedRuns,
+		RetryAt:       now.Add(backoff(fromMS(doc.RetryDelayMS), doc.FailedRuns+1)),
+		Now:           now,
+		RunsKept:      c.cfg.RunsKept,
+		Retention:     c.cfg.Retention.policy(),
+		Seen:          taskstate.Seen{Status: doc.Status, Running: doc.Running, Free: doc.Free, FailedRuns: doc.FailedRuns},
+		Advance:       newPlanAdvance(doc, r.started, now),
+	}}
 }
 
 // endWriteTries bounds the attempts at a run end that fails for a reason
@@ -186,11 +189,11 @@ func (c *Consumer[P, R]) writeEnd(r *activeRun, end *runEnd) {
 		case <-c.endCtx.Done():
 		}
 	}
-	ev := Event{Key: r.key, RunID: r.runID, Attempt: end.record.Attempts, Planned: ptrTime(end.record.Planned),
-		Duration: end.record.Finished.Sub(end.record.Started), Latency: time.Since(sent)}
+	ev := Event{Key: r.key, RunID: r.runID, Attempt: end.Record.Attempts, Planned: ptrTime(end.Record.Planned),
+		Duration: end.Record.Finished.Sub(end.Record.Started), Latency: time.Since(sent)}
 	switch {
 	case err == nil:
-		c.history.add(r.key, end.record)
+		c.history.add(r.key, end.Record)
 		local.ended(namespaceOf(c.coll), r.key)
 		c.reportEnd(r, end, ev)
 		return
@@ -214,14 +217,14 @@ func (c *Consumer[P, R]) reportEnd(r *activeRun, end *runEnd, ev Event) {
 	ev.Kind = map[Outcome]EventKind{
 		OutcomeSucceeded: EventSucceeded, OutcomeFailed: EventFailed, OutcomeReleased: EventReleased, OutcomeRevoked: EventRevoked,
 		OutcomeCancelled: EventCancelled,
-	}[end.record.Outcome]
-	if end.record.Error != "" {
-		ev.Err = errors.New(end.record.Error)
+	}[end.Record.Outcome]
+	if end.Record.Error != "" {
+		ev.Err = errors.New(end.Record.Error)
 	}
-	if end.record.Outcome == OutcomeFailed {
-		c.log.Warn("run failed", "key", r.key, "run_id", r.runID, "attempts", end.record.Attempts, "error", end.record.Error)
+	if end.Record.Outcome == OutcomeFailed {
+		c.log.Warn("run failed", "key", r.key, "run_id", r.runID, "attempts", end.Record.Attempts, "error", end.Record.Error)
 	} else {
-		c.log.Info("run "+string(end.record.Outcome), "key", r.key, "run_id", r.runID, "attempts", end.record.Attempts)
+		c.log.Info("run "+string(end.Record.Outcome), "key", r.key, "run_id", r.runID, "attempts", end.Record.Attempts)
 	}
 	c.emit(ev)
 }
@@ -232,15 +235,15 @@ func (c *Consumer[P, R]) reportEnd(r *activeRun, end *runEnd, ev Event) {
 func (c *Consumer[P, R]) endUnwritable(r *activeRun, end *runEnd, cause error) {
 	ctx, cancel := context.WithTimeout(c.endCtx, c.cfg.WriteTimeout)
 	defer cancel()
-	raw, prob := problemOf(ctx, c.coll, end.fence, cause)
+	raw, prob := problemOf(ctx, c.coll, end.Fence, cause)
 	if raw == nil {
 		c.emit(Event{Kind: EventLeaseLost, Key: r.key, RunID: r.runID, Err: ErrLeaseLost})
 		return
 	}
-	rec := end.record
+	rec := end.Record
 	rec.Result = bson.RawValue{}
 	rec.Error = cutText(rec.Error, 512) // the note must fit where the record did not
-	q := &quarantine{key: r.key, filter: end.fence, raw: raw, prob: prob, found: foundAtRunEnd, holder: end.workerID, run: &rec}
+	q := newQuarantine(raw, prob, taskstate.FoundAtRunEnd).ending(end.WorkerID, rec.RunID, &rec, time.Time{})
 	ok, err := c.quarantine(ctx, q)
 	if ok {
 		c.history.add(r.key, rec)
@@ -332,7 +335,7 @@ func decodeTask[P any](doc *taskDoc) (*Task[P], error) {
 		Tags:            doc.Tags,
 	}
 	if doc.Plan != nil {
-		if p, err := doc.Plan.plan(); err == nil {
+		if p, err := planOf(doc.Plan); err == nil {
 			t.Plan = &p
 		}
 	}
@@ -354,21 +357,11 @@ func (c *Consumer[P, R]) releaseAbandoned() {
 		}
 		c.log.Error("handler ignored cancellation; run released and goroutine abandoned", "key", r.key, "run_id", r.runID)
 		end := c.newRunEnd(r, 0)
-		end.record.Outcome = OutcomeReleased
-		end.record.Error = fmt.Sprintf("handler did not return within %s of shutdown; abandoned", c.cfg.ReleaseTimeout)
+		end.Record.Outcome = OutcomeReleased
+		end.Record.Error = fmt.Sprintf("handler did not return within %s of shutdown; abandoned", c.cfg.ReleaseTimeout)
 		c.writeEnd(r, end)
 		c.pinger.remove(r)
 	}
-}
-
-// planned is the planned time of the task's current occurrence, nil for a
-// task without a plan.
-func (d *taskDoc) planned() *time.Time {
-	if d.Plan == nil {
-		return nil
-	}
-	t := d.Plan.Planned
-	return &t
 }
 
 func ptrTime(t *time.Time) time.Time {

@@ -8,6 +8,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // HotQuery is one of the library's hot-path queries as an explain command.
@@ -21,8 +23,11 @@ type HotQuery struct {
 // same functions the library uses, as explainable commands on coll.
 func HotQueries(coll string, now time.Time) []HotQuery {
 	const worker, key, run = "w1", "k1", "r1"
-	claim := claimFilter(worker, []string{"g"}, nil, now)
-	end := (&runEnd{fence: fence(key, worker, run), record: runRecord{Outcome: OutcomeSucceeded}, runsKept: 20, now: now}).cases()[0]
+	id := taskstate.KeyID(key)
+	claimant := taskstate.Claimant{WorkerID: worker, Groups: []string{"g"}}
+	claim := claimant.Due(now)
+	endOf := &taskstate.End{ID: id, Fence: taskstate.RunFence(id, worker, run), Record: runRecord{Outcome: OutcomeSucceeded}, RunsKept: 20, Now: now}
+	end := endOf.Cases()[0]
 	return []HotQuery{
 		{Name: "claim (findAndModify)", Explain: bson.D{{Key: "findAndModify", Value: coll}, {Key: "query", Value: claim}, {Key: "sort", Value: claimSort},
 			{Key: "update", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: fRunning, Value: 1}}}}}}, InOrder: true},
@@ -37,23 +42,23 @@ func HotQueries(coll string, now time.Time) []HotQuery {
 			{Key: holderPath(worker, hRun), Value: op("$in", bson.A{run, "r2"})},
 			{Key: fStatus, Value: StatusRunning},
 		}}}},
-		{Name: "next due task (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: futureFilter(worker, nil, nil, now)},
+		{Name: "next due task (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: taskstate.Claimant{WorkerID: worker}.Future(now)},
 			{Key: "sort", Value: bson.D{{Key: fRunAt, Value: 1}}}, {Key: "limit", Value: 1}}},
 		{Name: "sweep (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: fNextExpiry, Value: op("$lte", now)}}},
 			{Key: "sort", Value: bson.D{{Key: fNextExpiry, Value: 1}}}, {Key: "limit", Value: sweepBatch}}},
-		{Name: "ping (findAndModify)", Explain: bson.D{{Key: "findAndModify", Value: coll}, {Key: "query", Value: fence(key, worker, run)},
+		{Name: "ping (findAndModify)", Explain: bson.D{{Key: "findAndModify", Value: coll}, {Key: "query", Value: taskstate.RunFence(id, worker, run)},
 			{Key: "update", Value: bson.D{{Key: "$set", Value: bson.D{{Key: holderPath(worker, hLeaseUntil), Value: now}}}}}}},
 		{Name: "run end (update)", Explain: bson.D{{Key: "update", Value: coll}, {Key: "updates", Value: bson.A{
-			bson.D{{Key: "q", Value: (&runEnd{fence: fence(key, worker, run)}).filter(end)}, {Key: "u", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}}}}},
+			bson.D{{Key: "q", Value: endOf.Filter(end)}, {Key: "u", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}}}}},
 		}}}},
 		{Name: "publish (update by key)", Explain: bson.D{{Key: "update", Value: coll}, {Key: "updates", Value: bson.A{
 			bson.D{{Key: "q", Value: bson.D{{Key: fID, Value: key}}}, {Key: "u", Value: bson.D{{Key: "$setOnInsert", Value: bson.D{{Key: fKey, Value: key}}}}}, {Key: "upsert", Value: true}},
 		}}}},
 		{Name: "filter by tag (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: fTags, Value: "reports"}}}}},
-		{Name: "check for unclaimable documents (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: unclaimableFilter(now)}, {Key: "limit", Value: checkBatch}}},
+		{Name: "check for unclaimable documents (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: taskstate.Audit(now)}, {Key: "limit", Value: checkBatch}}},
 		{Name: "lost claim lookup (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: fStatus, Value: StatusRunning}, {Key: holderPath(worker, hRun), Value: run}}}}},
 		{Name: "expire (update)", Explain: bson.D{{Key: "update", Value: coll}, {Key: "updates", Value: bson.A{
-			bson.D{{Key: "q", Value: leaseFence(key, worker, run, now)}, {Key: "u", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}}}}},
+			bson.D{{Key: "q", Value: taskstate.LeaseFence(id, worker, run, now)}, {Key: "u", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}}}}},
 		}}}},
 	}
 }
@@ -112,7 +117,7 @@ func claimedForm(raw bson.Raw) (bson.Raw, error) {
 func DecodeForRun(raw []byte) (ok bool, field string, err error) {
 	doc, _, prob := decodeClaimed[map[string]any](bson.Raw(raw), "w")
 	if prob != nil {
-		return false, prob.field, prob
+		return false, prob.Field, prob
 	}
 	if doc.Plan != nil {
 		_ = newPlanAdvance(doc, time.Now(), time.Now())
@@ -124,7 +129,7 @@ func DecodeForRun(raw []byte) (ok bool, field string, err error) {
 // fault and why, or empty strings.
 func Inspect(raw []byte) (field, reason string) {
 	if p := inspect(bson.Raw(raw)); p != nil {
-		return p.field, p.reason
+		return p.Field, p.Reason
 	}
 	return "", ""
 }
@@ -136,14 +141,15 @@ func Inspect(raw []byte) (field, reason string) {
 func ClaimBothWays(ctx context.Context, coll *mongo.Collection, key string) (server, local bson.Raw, exact bool, err error) {
 	noRuns := options.FindOne().SetProjection(bson.D{{Key: fRuns, Value: 0}})
 	before, err := coll.FindOne(ctx, bson.D{{Key: fID, Value: key}}, noRuns).Raw()
-	if err != nil || !exactCandidate(before) {
+	if err != nil || !taskstate.ExactCandidate(before) {
 		return nil, nil, false, err
 	}
 	c := &Consumer[any, any]{cfg: &ConsumerConfig{WorkerID: "w"}}
 	st := &claimState{}
 	st.leases.observe(3 * time.Second)
 	now, runID := time.Now(), newRunID()
-	filter := append(c.claimFilterOf(key, now), bson.E{Key: fRev, Value: before.Lookup(fRev)})
+	cd, _ := candidateOf(before)
+	filter := append(c.claimFilterOf(st, cd, now), bson.E{Key: fRev, Value: before.Lookup(fRev)})
 	res, err := coll.UpdateOne(ctx, filter, c.claimUpdate(st, runID, now))
 	if err != nil {
 		return nil, nil, true, err
@@ -155,7 +161,7 @@ func ClaimBothWays(ctx context.Context, coll *mongo.Collection, key string) (ser
 	if err != nil {
 		return nil, nil, true, err
 	}
-	local, err = asClaimed(before, "w", c.claimHolder(runID, now), now, c.claimExpiry(st, now))
+	local, err = taskstate.ClaimedAsRead(before, "w", c.claimHolder(runID, now), now, c.claimExpiry(st, now))
 	return server, local, true, err
 }
 
@@ -166,7 +172,7 @@ func ReadClaims(ctx context.Context, coll *mongo.Collection, keys, runIDs []stri
 	c := &Consumer[any, any]{cfg: &ConsumerConfig{WorkerID: "w"}, coll: coll}
 	chosen := make([]candidate, len(keys))
 	for i, key := range keys {
-		chosen[i] = candidate{Key: key}
+		chosen[i] = candidate{Key: key, id: taskstate.KeyID(key)}
 	}
 	won, err := c.readClaims(ctx, chosen, runIDs, matched)
 	out := map[string]string{}

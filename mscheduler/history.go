@@ -3,14 +3,15 @@ package mscheduler
 import (
 	"context"
 	"fmt"
-	"maps"
-	"reflect"
 	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // Every finished run, whatever its outcome, gets a record in the history
@@ -27,11 +28,7 @@ import (
 // map and $unset, not an array and $pull: the development server's $pull
 // cannot take an $in.)
 
-// fUnlogged maps the runs ended on a task whose history record may not be
-// written yet to their finish time.
-const fUnlogged = "unlogged"
-
-func unloggedPath(runID string) string { return fUnlogged + "." + runID }
+func unloggedPath(runID string) string { return stored.UnloggedPath(runID) }
 
 // historyCollection is where coll's run records go.
 func historyCollection(coll *mongo.Collection) *mongo.Collection {
@@ -39,15 +36,10 @@ func historyCollection(coll *mongo.Collection) *mongo.Collection {
 }
 
 // historyDoc is one run in the history collection.
-type historyDoc struct {
-	ID       string     `bson:"_id"` // the run id
-	Key      string     `bson:"key"`
-	Record   runRecord  `bson:",inline"`
-	ExpireAt *time.Time `bson:"expire_at,omitempty"`
-}
+type historyDoc = stored.HistoryRecord
 
 func newHistoryDoc(key string, r runRecord, retention Retention) historyDoc {
-	return historyDoc{ID: r.RunID, Key: key, Record: r, ExpireAt: retention.runExpiry(r.Outcome, r.Finished)}
+	return historyDoc{ID: r.RunID, Key: key, Record: r, ExpireAt: retention.policy().RunExpiry(r.Outcome, r.Finished)}
 }
 
 // historyIndexModels are the indexes Producer.Runs needs.
@@ -60,14 +52,28 @@ func historyIndexModels() []mongo.IndexModel {
 	}
 }
 
-// insertHistory writes run records, ignoring those already written.
+// insertHistory writes run records, ignoring those already written. A
+// record that finds in its place one of outcome unknown (written by the
+// maintenance pass for a run whose task no longer kept its record) takes
+// its place: the real outcome wins. Such a record is rare, so only a
+// duplicate costs a command of its own.
 func insertHistory(ctx context.Context, coll *mongo.Collection, docs []historyDoc) error {
 	if len(docs) == 0 {
 		return nil
 	}
 	_, err := coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
-	if _, err := duplicateIndexes(err); err != nil {
+	dups, err := duplicateIndexes(err)
+	if err != nil {
 		return fmt.Errorf("mscheduler: write run history: %w", err)
+	}
+	for i := range dups {
+		if docs[i].Record.Outcome == OutcomeUnknown {
+			continue
+		}
+		filter := bson.D{{Key: fID, Value: docs[i].ID}, {Key: "outcome", Value: OutcomeUnknown}}
+		if _, err := coll.ReplaceOne(ctx, filter, docs[i]); err != nil {
+			return fmt.Errorf("mscheduler: write run history: %w", err)
+		}
 	}
 	return nil
 }
@@ -78,16 +84,13 @@ func pullLogged(ctx context.Context, coll *mongo.Collection, logged map[string][
 	return sendPulls(ctx, coll, pullStatements(logged))
 }
 
-// pullStatements are the statements that remove the marks of logged, a
-// statement per task.
+// pullStatements are the statements that remove the marks of logged (by
+// task key), a statement per task.
 func pullStatements(logged map[string][]string) []mongo.WriteModel {
 	models := make([]mongo.WriteModel, 0, len(logged))
 	for key, ids := range logged {
-		unset := make(bson.D, len(ids))
-		for i, id := range ids {
-			unset[i] = bson.E{Key: unloggedPath(id), Value: ""}
-		}
-		models = append(models, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: fID, Value: key}}).SetUpdate(bson.D{{Key: "$unset", Value: unset}}))
+		filter, update := taskstate.MarksWritten(taskstate.KeyID(key), ids)
+		models = append(models, mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update))
 	}
 	return models
 }
@@ -112,50 +115,62 @@ func sendPulls(ctx context.Context, coll *mongo.Collection, models []mongo.Write
 
 // allLogged selects tasks whose every ended run has its history record:
 // deletes keep the others until their records are written.
-var allLogged = bson.E{Key: fUnlogged, Value: op("$not", op("$gt", bson.D{}))}
+var allLogged = taskstate.AllLogged
 
-// unloggedTask is a task with ended runs whose history records may not be
-// written yet: their ids (unlogged) and the records the task keeps.
-type unloggedTask struct {
-	ID       string       `bson:"_id"`
-	Unlogged bson.Raw     `bson:"unlogged"`
-	Runs     []bson.Raw   `bson:"runs"`
-	Invalid  *invalidNote `bson:"invalid"`
-}
+// unloggedProjection is what writing a task's unwritten history records
+// reads of it.
+var unloggedProjection = bson.D{{Key: fUnlogged, Value: 1}, {Key: fRuns, Value: 1}, {Key: fInvalid, Value: 1}}
 
-// writeUnloggedOf writes the history records that tasks mark as unlogged,
-// from the records the tasks keep, and removes the marks. It returns how
-// many it wrote.
-func writeUnloggedOf(ctx context.Context, coll *mongo.Collection, tasks []unloggedTask, retention Retention, now time.Time) (int, error) {
+// writeUnloggedOf writes the history records that tasks (read with
+// unloggedProjection) mark as unlogged, from the records the tasks keep,
+// and removes the marks. Only marks older than minAge are written (zero:
+// all): a newer one is its worker's to write. Each task is read record by
+// record: one edited out of shape (runs not an array, a record that does
+// not decode) still has its marks written, its runs' records as
+// unknown, and never stops the others. It returns how many it wrote.
+func writeUnloggedOf(ctx context.Context, coll *mongo.Collection, tasks []bson.Raw, retention Retention, now time.Time, minAge time.Duration) (int, error) {
 	var docs []historyDoc
-	logged := map[string][]string{}
-	for _, t := range tasks {
+	logged := map[string][]string{} // by rawKey of the _id
+	var ids []bson.RawValue
+	for _, raw := range tasks {
+		id := raw.Lookup(fID)
+		key := stored.IDString(id)
 		kept := map[string]runRecord{}
-		for _, raw := range t.Runs {
-			var r runRecord
-			if bson.Unmarshal(raw, &r) == nil {
-				kept[r.RunID] = r
+		for _, r := range stored.KeptRuns(raw) {
+			kept[r.RunID] = r
+		}
+		var note invalidNote
+		if raw.Lookup(fInvalid, "run").Unmarshal(&note.Run) == nil && note.Run != nil {
+			kept[note.Run.RunID] = *note.Run
+		}
+		for runID, at := range stored.Marks(raw) {
+			if minAge > 0 && !at.IsZero() && now.Sub(at) < minAge {
+				continue
 			}
-		}
-		if t.Invalid != nil && t.Invalid.Run != nil {
-			kept[t.Invalid.Run.RunID] = *t.Invalid.Run
-		}
-		elems, _ := t.Unlogged.Elements()
-		for _, e := range elems {
-			id := e.Key()
-			r, ok := kept[id]
+			r, ok := kept[runID]
 			if !ok { // the task no longer keeps it (RunsKept): say what is known
-				r = runRecord{RunID: id, Finished: now, Outcome: "unknown", Error: "the run's record was no longer kept on its task when its history record was written"}
+				r = runRecord{RunID: runID, Finished: now, Outcome: OutcomeUnknown, Error: "the run's record was no longer kept on its task when its history record was written"}
 			}
-			docs = append(docs, newHistoryDoc(t.ID, r, retention))
-			logged[t.ID] = append(logged[t.ID], id)
+			docs = append(docs, newHistoryDoc(key, r, retention))
+			if _, seen := logged[rawKey(id)]; !seen {
+				ids = append(ids, id)
+			}
+			logged[rawKey(id)] = append(logged[rawKey(id)], runID)
 		}
 	}
 	if err := insertHistory(ctx, historyCollection(coll), docs); err != nil {
 		return 0, err
 	}
-	return len(docs), pullLogged(ctx, coll, logged)
+	models := make([]mongo.WriteModel, 0, len(ids))
+	for _, id := range ids {
+		filter, update := taskstate.MarksWritten(id, logged[rawKey(id)])
+		models = append(models, mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update))
+	}
+	return len(docs), sendPulls(ctx, coll, models)
 }
+
+// rawKey is a stored value as a map key.
+func rawKey(v bson.RawValue) string { return string(rune(v.Type)) + string(v.Value) }
 
 // RunFilter selects run records for Producer.Runs. Empty fields select
 // everything.
@@ -276,77 +291,13 @@ func (p *Producer[P]) findRuns(ctx context.Context, filter bson.D, n int) ([]bso
 	return raws, nil
 }
 
-// historyFields are the fields of a history record, with their Go types.
-var historyFields = func() map[string]reflect.Type {
-	fields := fieldsOf(reflect.TypeFor[runRecord]())
-	maps.Copy(fields, fieldsOf(reflect.TypeFor[historyDoc]()))
-	return fields
-}()
-
-// readHistoryRecord reads a record of the history collection for Runs.
-// It never fails: a field that does not decode is left zero, and the
-// problem names the first such field, or else a finish time that is not
-// a date.
+// readHistoryRecord reads a record of the history collection for Runs,
+// through the gate. It never fails: a field that does not decode is left
+// zero, and the problem names the first such field, or else a finish
+// time that is not a date.
 func readHistoryRecord(raw bson.Raw) (RunInfo, *problem) {
-	var d historyDoc
-	prob := decodeRecord(raw, historyFields, &d)
-	if prob == nil {
-		prob = dateProblem(raw, "finished")
-	}
+	d, prob := stored.DecodeHistory(raw)
 	info := newRunInfo(d.Record)
 	info.Key = d.Key
-	if info.RunID == "" { // a record written by hand without run_id
-		info.RunID = d.ID
-	}
 	return info, prob
-}
-
-// decodeRecord decodes a stored document into out, a pointer to a struct
-// whose fields (by bson name) are fields, leniently: when the document
-// does not decode, the fields that do not decode alone are left zero and
-// the first of them is named in the problem.
-func decodeRecord(raw bson.Raw, fields map[string]reflect.Type, out any) *problem {
-	err := bson.Unmarshal(raw, out)
-	if err == nil {
-		return nil
-	}
-	reflect.ValueOf(out).Elem().SetZero()
-	elems, verr := raw.Elements()
-	if verr != nil {
-		return &problem{field: "(document)", reason: fmt.Sprintf("is not valid BSON: %v", verr)}
-	}
-	var prob *problem
-	good := bson.D{}
-	for _, e := range elems {
-		if typ, ok := fields[e.Key()]; ok {
-			if p := inspectValue(e.Key(), typ, e.Value()); p != nil {
-				if prob == nil {
-					prob = p
-				}
-				continue
-			}
-		}
-		good = append(good, bson.E{Key: e.Key(), Value: e.Value()})
-	}
-	if b, err := bson.Marshal(good); err == nil {
-		_ = bson.Unmarshal(b, out)
-	}
-	if prob == nil { // not reached when every field decodes alone
-		prob = &problem{field: "(document)", reason: fmt.Sprintf("cannot be decoded: %v", err)}
-	}
-	return prob
-}
-
-// dateProblem says what is wrong with a field that queries compare with
-// dates (a string or number there decodes, but sorts apart from dates
-// and matches no date range), or nil for a date.
-func dateProblem(raw bson.Raw, field string) *problem {
-	v := raw.Lookup(field)
-	switch v.Type {
-	case bson.TypeDateTime:
-		return nil
-	case 0, bson.TypeNull:
-		return &problem{field: field, reason: "is missing"}
-	}
-	return &problem{field: field, reason: fmt.Sprintf("must be %s, got %s", describeType(timeType), describeValue(v))}
 }

@@ -10,6 +10,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 )
 
 // TaskInfo is a task as stored: its parameters and options, and where it
@@ -245,7 +247,7 @@ func newTaskInfo[P any](raw bson.Raw, now time.Time) *TaskInfo[P] {
 	doc, prob := decodeLenient(raw)
 	t, err := decodeTask[P](&doc)
 	if err != nil && prob == nil {
-		prob = &problem{field: fParams, reason: err.Error()}
+		prob = &problem{Field: fParams, Reason: err.Error()}
 	}
 	info := &TaskInfo[P]{
 		Task: *t, Status: doc.Status, Paused: doc.Paused,
@@ -286,7 +288,7 @@ func newTaskInfo[P any](raw bson.Raw, now time.Time) *TaskInfo[P] {
 // upcoming lists the next n planned times of a stored plan from now.
 func upcoming(doc *taskDoc, now time.Time, n int) []time.Time {
 	pl := doc.Plan
-	s, err := pl.schedule()
+	s, err := scheduleOf(pl)
 	if err != nil || doc.Status == StatusFinished || doc.Status == StatusInvalid {
 		return nil
 	}
@@ -294,46 +296,21 @@ func upcoming(doc *taskDoc, now time.Time, n int) []time.Time {
 	return s.upcoming(first, PlanState{Runs: pl.Runs, Skipped: pl.Skipped}, n)
 }
 
-// decodeLenient decodes a stored task, leaving out the fields that do not
-// decode; the problem names the first such field, or else what keeps the
-// task from running.
+// decodeLenient decodes a stored task through the gate, leaving out the
+// fields that do not decode; the problem names the first such field, or
+// else what keeps the task from running.
 func decodeLenient(raw bson.Raw) (taskDoc, *problem) {
-	var doc taskDoc
-	prob := inspect(raw)
-	if err := bson.Unmarshal(raw, &doc); err != nil {
-		doc = taskDoc{}
-		elems, _ := raw.Elements()
-		good := bson.D{}
-		for _, e := range elems {
-			if typ, ok := taskFields[e.Key()]; ok && inspectValue(e.Key(), typ, e.Value()) != nil {
-				continue
-			}
-			good = append(good, bson.E{Key: e.Key(), Value: e.Value()})
-		}
-		if b, err := bson.Marshal(good); err == nil {
-			_ = bson.Unmarshal(b, &doc)
-		}
-	}
-	if doc.Key == "" {
-		doc.Key, _ = raw.Lookup(fID).StringValueOK()
-	}
-	return doc, prob
+	doc, prob := inspectTask(raw)
+	return *doc, prob
 }
 
 // readRuns decodes a task's kept runs, skipping any record edited out of
 // shape.
 func readRuns(raw bson.Raw) []RunInfo {
-	arr, ok := raw.Lookup(fRuns).ArrayOK()
-	if !ok {
-		return nil
-	}
-	values, _ := arr.Values()
-	out := make([]RunInfo, 0, len(values))
-	for _, v := range values {
-		var r runRecord
-		if err := v.Unmarshal(&r); err == nil {
-			out = append(out, newRunInfo(r))
-		}
+	kept := stored.KeptRuns(raw)
+	out := make([]RunInfo, 0, len(kept))
+	for _, r := range kept {
+		out = append(out, newRunInfo(r))
 	}
 	return out
 }

@@ -8,6 +8,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // MaintenanceIntervalDefault is the default ConsumerConfig.MaintenanceInterval.
@@ -32,10 +35,7 @@ const reconcileAfter = 10 * time.Second
 // the next one.
 const maintenanceBatches = 10
 
-type maintenanceLease struct {
-	Holder     string    `bson:"holder"`
-	LeaseUntil time.Time `bson:"lease_until"`
-}
+type maintenanceLease = stored.Lease
 
 // maintainIfDue takes or renews the maintenance lease when its time has
 // come, and does the pass if this worker holds it. Run by the claim loop.
@@ -67,14 +67,47 @@ func (c *Consumer[P, R]) takeMaintenance(ctx context.Context, now time.Time) (bo
 		bson.D{{Key: "lease_until", Value: op("$lt", now)}},
 		bson.D{{Key: "holder", Value: c.cfg.WorkerID}},
 	}}}
-	update := bson.D{{Key: "$set", Value: maintenanceLease{Holder: c.cfg.WorkerID, LeaseUntil: now.Add(3 * c.cfg.MaintenanceInterval)}}}
+	lease := maintenanceLease{Holder: c.cfg.WorkerID, LeaseUntil: now.Add(3 * c.cfg.MaintenanceInterval)}
+	update := bson.D{{Key: "$set", Value: lease}}
 	_, err := metaCollection(c.coll).UpdateOne(ctx, filter, update, options.UpdateOne().SetUpsert(true))
 	switch {
-	case mongo.IsDuplicateKeyError(err): // another worker holds it
-		return false, nil
+	case mongo.IsDuplicateKeyError(err): // another worker holds it, or it is broken
+		return c.replaceBrokenLease(ctx, lease)
 	case err != nil:
 		return false, fmt.Errorf("mscheduler: take the maintenance lease: %w", err)
 	}
+	return true, nil
+}
+
+// replaceBrokenLease replaces a maintenance lease document that no lease's
+// filter can match (a lease_until that is not a date, no holder, content
+// replaced by hand): left as it is, no worker would ever take the lease
+// again, and the check, retention and the history repair would stop for
+// good. The replacement is fenced on the document still being broken, so
+// that a lease another worker took meanwhile stands. It reports whether
+// this worker holds the lease now.
+func (c *Consumer[P, R]) replaceBrokenLease(ctx context.Context, lease maintenanceLease) (bool, error) {
+	meta := metaCollection(c.coll)
+	raw, err := meta.FindOne(ctx, bson.D{{Key: fID, Value: stored.MaintenanceID}}).Raw()
+	if err != nil {
+		return false, nil // gone or unreadable now: the next try sees
+	}
+	_, prob := stored.LeaseOf(raw)
+	if prob == nil {
+		return false, nil // another worker holds it
+	}
+	broken := bson.D{{Key: fID, Value: stored.MaintenanceID}, {Key: "$or", Value: bson.A{
+		bson.D{{Key: "holder", Value: op("$not", op("$type", "string"))}},
+		bson.D{{Key: "lease_until", Value: op("$not", op("$type", "date"))}},
+	}}}
+	res, err := meta.ReplaceOne(ctx, broken, lease)
+	if err != nil {
+		return false, fmt.Errorf("mscheduler: replace the maintenance lease (%v): %w", prob, err)
+	}
+	if res.MatchedCount == 0 {
+		return false, nil
+	}
+	c.log.Warn("the maintenance lease document could not be read; replaced", "field", prob.Field, "reason", prob.Reason)
 	return true, nil
 }
 
@@ -94,7 +127,7 @@ func (c *Consumer[P, R]) maintain(ctx context.Context, now time.Time, st *claimS
 	}
 	if !st.ttl {
 		for _, coll := range []*mongo.Collection{c.coll, historyCollection(c.coll)} {
-			n, err := deleteExpired(ctx, coll, now)
+			n, err := deleteExpired(ctx, coll, coll != c.coll, now)
 			if err != nil {
 				c.loopError(ctx, err)
 			} else if n > 0 {
@@ -134,8 +167,11 @@ func hasTTL(ctx context.Context, coll *mongo.Collection) (bool, error) {
 
 // deleteExpired deletes, in a few bounded batches, the documents whose
 // expire_at has passed (served by the expire index).
-func deleteExpired(ctx context.Context, coll *mongo.Collection, now time.Time) (int64, error) {
-	filter := bson.D{{Key: fExpireAt, Value: op("$lte", now)}, allLogged}
+func deleteExpired(ctx context.Context, coll *mongo.Collection, history bool, now time.Time) (int64, error) {
+	filter := taskstate.ExpiredRecords(now)
+	if !history {
+		filter = taskstate.Expired(now)
+	}
 	var total int64
 	for range maintenanceBatches {
 		n, err := deleteBatchOnce(ctx, coll, filter)
@@ -148,17 +184,15 @@ func deleteExpired(ctx context.Context, coll *mongo.Collection, now time.Time) (
 }
 
 // writeUnlogged writes the history records that tasks mark as unlogged,
-// from the records the tasks keep, and removes the marks.
+// from the records the tasks keep, and removes the marks: every mark older
+// than reconcileAfter, whatever the task's last change (a busy recurring
+// task is always changing, and a mark its dead worker left must not wait
+// for it to rest).
 func (c *Consumer[P, R]) writeUnlogged(ctx context.Context, now time.Time) (int, error) {
-	filter := bson.D{{Key: fUnlogged, Value: op("$gt", bson.D{})}, {Key: fUpdatedAt, Value: op("$lt", now.Add(-reconcileAfter))}}
-	opts := options.Find().SetLimit(deleteBatch).SetProjection(bson.D{{Key: fUnlogged, Value: 1}, {Key: fRuns, Value: 1}, {Key: fInvalid, Value: 1}})
-	cur, err := c.coll.Find(ctx, filter, opts)
+	filter := bson.D{{Key: fUnlogged, Value: op("$gt", bson.D{})}}
+	tasks, err := findAll(ctx, c.coll, filter, nil, unloggedProjection, deleteBatch)
 	if err != nil {
 		return 0, fmt.Errorf("mscheduler: find unwritten run history: %w", err)
 	}
-	var tasks []unloggedTask
-	if err := cur.All(ctx, &tasks); err != nil {
-		return 0, fmt.Errorf("mscheduler: find unwritten run history: %w", err)
-	}
-	return writeUnloggedOf(ctx, c.coll, tasks, c.cfg.Retention, now)
+	return writeUnloggedOf(ctx, c.coll, tasks, c.cfg.Retention, now, reconcileAfter)
 }

@@ -9,6 +9,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // A batch of pings renews several runs of this worker in two commands,
@@ -27,17 +29,10 @@ type pingItem struct {
 	sole    bool // the run was its task's only holder at its last ping
 }
 
-// renewStatement is the fenced update that renews one run's lease, in the
-// form for a sole holder or for one of several.
-func (p *pinger) renewStatement(key, runID string, lease time.Time, attempt int, sole bool) (filter, update bson.D) {
-	filter = fence(key, p.workerID, runID)
-	set := bson.D{{Key: holderPath(p.workerID, hLeaseUntil), Value: lease}, {Key: holderPath(p.workerID, hAttempt), Value: attempt}}
-	if sole {
-		filter = append(filter, bson.E{Key: fRunning, Value: 1})
-		return filter, bson.D{{Key: "$set", Value: append(set, bson.E{Key: fNextExpiry, Value: lease})}}
-	}
-	filter = append(filter, bson.E{Key: fRunning, Value: op("$ne", 1)})
-	return filter, bson.D{{Key: "$set", Value: set}, {Key: "$min", Value: bson.D{{Key: fNextExpiry, Value: lease}}}}
+// renewStatement is the fenced update that renews one run's lease (see
+// taskstate.Renew).
+func (p *pinger) renewStatement(id bson.RawValue, runID string, lease time.Time, attempt int, sole bool) (filter, update bson.D) {
+	return taskstate.Renew(id, p.workerID, runID, lease, attempt, sole)
 }
 
 // pingProjection is what a ping reads back of its task.
@@ -56,9 +51,9 @@ func (p *pinger) renewBatch(ctx context.Context, items []pingItem, sent time.Tim
 	models := make([]mongo.WriteModel, len(items))
 	keys := make(bson.A, 0, len(items))
 	for i, it := range items {
-		filter, update := p.renewStatement(it.run.key, it.run.runID, it.lease, it.attempt, it.sole)
+		filter, update := p.renewStatement(it.run.id, it.run.runID, it.lease, it.attempt, it.sole)
 		models[i] = mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update)
-		keys = append(keys, it.run.key)
+		keys = append(keys, it.run.id)
 	}
 	// A statement refused by the server (a field edited into the wrong
 	// type) may leave the others applied or not (the development server
@@ -81,7 +76,7 @@ func (p *pinger) renewBatch(ctx context.Context, items []pingItem, sent time.Tim
 		case lease == it.lease.UnixMilli():
 			out[i].reply = decodePingReply(raw)
 		default:
-			out[i].reply, out[i].err = p.renew(ctx, it.run.key, it.run.runID, it.lease, it.attempt, !it.sole)
+			out[i].reply, out[i].err = p.renew(ctx, it.run, it.lease, it.attempt, !it.sole)
 		}
 	}
 	return out

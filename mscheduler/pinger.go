@@ -14,6 +14,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // pingParallelism bounds the pings (lone or batched) in flight at once.
@@ -23,7 +25,8 @@ const pingParallelism = 8
 // written (or given up on): the pinger keeps its lease while the handler
 // runs and while its end is being written.
 type activeRun struct {
-	key     string
+	key     string        // the task's key: its _id, a string, for messages
+	id      bson.RawValue // the task's _id as read: every write about the run is fenced on it
 	runID   string
 	started time.Time
 	cancel  context.CancelCauseFunc
@@ -221,7 +224,7 @@ func (p *pinger) send(ctx context.Context, runs []*activeRun, now time.Time) {
 		var results []pingResult
 		if len(items) == 1 {
 			it := items[0]
-			reply, err := p.renew(pctx, it.run.key, it.run.runID, it.lease, it.attempt, it.sole)
+			reply, err := p.renew(pctx, it.run, it.lease, it.attempt, it.sole)
 			results = []pingResult{{run: it.run, sent: now, lease: it.lease, reply: reply, err: err}}
 		} else {
 			results = p.renewBatch(pctx, items, now)
@@ -348,24 +351,25 @@ const renewTries = 3
 // ping is one command except when the number of holders crosses one. If
 // both miss, the number of holders moved between them, or the run was
 // taken away: a read of the fence tells which.
-func (p *pinger) renew(ctx context.Context, key, runID string, lease time.Time, attempt int, sole bool) (*pingReply, error) {
+func (p *pinger) renew(ctx context.Context, r *activeRun, lease time.Time, attempt int, sole bool) (*pingReply, error) {
 	for try := 0; try < renewTries; try++ {
 		for _, form := range []bool{sole, !sole} {
-			reply, err := p.renewAs(ctx, key, runID, lease, attempt, form)
+			reply, err := p.renewAs(ctx, r, lease, attempt, form)
 			if err != nil || reply != nil {
 				return reply, err
 			}
 		}
-		held, err := p.held(ctx, key, runID)
+		held, err := p.held(ctx, r)
 		if err != nil || !held {
 			return nil, err
 		}
 	}
-	return nil, fmt.Errorf("mscheduler: ping run %s of %q: the task's holders kept changing", runID, key)
+	return nil, fmt.Errorf("mscheduler: ping run %s of %q: the task's holders kept changing", r.runID, r.key)
 }
 
-func (p *pinger) renewAs(ctx context.Context, key, runID string, lease time.Time, attempt int, sole bool) (*pingReply, error) {
-	filter, update := p.renewStatement(key, runID, lease, attempt, sole)
+func (p *pinger) renewAs(ctx context.Context, r *activeRun, lease time.Time, attempt int, sole bool) (*pingReply, error) {
+	key, runID := r.key, r.runID
+	filter, update := p.renewStatement(r.id, runID, lease, attempt, sole)
 	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
 	raw, err := p.caps.findOneAndUpdate(ctx, p.coll, filter, update, opts, p.pingProjection()).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
@@ -378,8 +382,9 @@ func (p *pinger) renewAs(ctx context.Context, key, runID string, lease time.Time
 }
 
 // held reports whether the run still holds its slot.
-func (p *pinger) held(ctx context.Context, key, runID string) (bool, error) {
-	err := p.coll.FindOne(ctx, fence(key, p.workerID, runID), options.FindOne().SetProjection(bson.D{{Key: fID, Value: 1}})).Err()
+func (p *pinger) held(ctx context.Context, r *activeRun) (bool, error) {
+	key, runID := r.key, r.runID
+	err := p.coll.FindOne(ctx, taskstate.RunFence(r.id, p.workerID, runID), options.FindOne().SetProjection(bson.D{{Key: fID, Value: 1}})).Err()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return false, nil
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // planGate judges a claimed run that is the first start of its task's
@@ -19,7 +19,7 @@ func (c *Consumer[P, R]) planGate(doc *taskDoc) bool {
 	if doc.Plan == nil {
 		return true
 	}
-	s, err := doc.Plan.schedule()
+	s, err := scheduleOf(doc.Plan)
 	if err != nil {
 		return true // not reached: a claimed plan was inspected
 	}
@@ -28,23 +28,20 @@ func (c *Consumer[P, R]) planGate(doc *taskDoc) bool {
 	if !step.Done && step.Next.Equal(planned) {
 		return true
 	}
-	h := doc.Holders[c.cfg.WorkerID]
-	filter := append(fence(doc.Key, c.cfg.WorkerID, h.Run),
-		bson.E{Key: fRunning, Value: 1}, bson.E{Key: fSucceeded, Value: 0}, bson.E{Key: fFailedRuns, Value: 0},
-		bson.E{Key: pPlanned, Value: planned}, skipNextFence(doc.Plan.SkipNext))
+	fs := &taskstate.FirstStart{
+		ID: doc.RawID, WorkerID: c.cfg.WorkerID, RunID: doc.Holders[c.cfg.WorkerID].Run,
+		Planned: planned, SkipNext: doc.Plan.SkipNext, Concurrency: doc.Concurrency,
+		// The step consumed the pending skips (the write sets skip_next to 0).
+		Step: *ownerStep(step, doc.Plan.SkipNext), Now: now, Retention: c.cfg.Retention.policy(),
+	}
 	retarget := !step.Done && !step.Next.After(now)
-	// The step consumed the pending skips (the write sets skip_next to 0).
-	missed := missedOf(step, doc.Plan.SkipNext)
-	update := giveBackUpdate(c.cfg.WorkerID, doc.Concurrency, step, missed, now, c.cfg.Retention)
+	update := fs.GiveBack()
 	if retarget {
-		update = bson.D{
-			{Key: "$set", Value: bson.D{{Key: pPlanned, Value: step.Next}, {Key: pScheduled, Value: now}, {Key: fRunAt, Value: step.Next}, {Key: pSkipNext, Value: 0}}},
-			{Key: "$inc", Value: bson.D{{Key: pSkipped, Value: step.Skipped}, {Key: pMissedCount, Value: missed}, {Key: fRev, Value: 1}}},
-		}
+		update = fs.Retarget()
 	}
 	ctx, cancel := c.writeCtx()
 	defer cancel()
-	res, err := c.coll.UpdateOne(ctx, filter, update)
+	res, err := c.coll.UpdateOne(ctx, fs.Filter(), update)
 	if err != nil || res.MatchedCount == 0 {
 		// Another run of the occurrence started meanwhile, or the write
 		// failed: the claimed run goes ahead as it is.
@@ -57,35 +54,12 @@ func (c *Consumer[P, R]) planGate(doc *taskDoc) bool {
 	if retarget {
 		c.log.Info("missed planned times skipped; running the latest", "key", doc.Key, "skipped", step.Skipped, "planned", step.Next)
 		doc.Plan.Planned, doc.Plan.Skipped, doc.Plan.SkipNext, doc.RunAt = step.Next, doc.Plan.Skipped+step.Skipped, 0, step.Next
-		doc.Plan.MissedCount += missed
+		doc.Plan.MissedCount += fs.Step.Missed
 		return true
 	}
 	c.log.Info("missed planned times skipped", "key", doc.Key, "skipped", step.Skipped, "next", step.Next, "finished", step.Done)
 	c.wake() // the claim loop looks again, and learns the next planned time
 	return false
-}
-
-// giveBackUpdate undoes a claim and moves the task to the step's planned
-// time, or finishes it; missed of the step's skipped planned times were
-// missed (see missedOf).
-func giveBackUpdate(workerID string, concurrency int, step Step, missed int, now time.Time, retention Retention) bson.D {
-	set := bson.D{{Key: fStatus, Value: StatusPending}, {Key: fRunAt, Value: step.Next}, {Key: pPlanned, Value: step.Next}, {Key: pScheduled, Value: now}}
-	if step.Done {
-		set = bson.D{{Key: fStatus, Value: StatusFinished}, {Key: fFree, Value: 0}}
-		if exp := retention.taskExpiry(StatusFinished, now); exp != nil {
-			set = append(set, bson.E{Key: fExpireAt, Value: *exp})
-		}
-	}
-	set = append(set, bson.E{Key: pSkipNext, Value: 0}, bson.E{Key: fUpdatedAt, Value: now})
-	inc := bson.D{{Key: fRunning, Value: -1}, {Key: fRev, Value: 1}, {Key: pSkipped, Value: step.Skipped}, {Key: pMissedCount, Value: missed}}
-	if !step.Done {
-		inc = append(inc, bson.E{Key: fFree, Value: 1})
-	}
-	return bson.D{
-		{Key: "$unset", Value: bson.D{{Key: holderPath(workerID), Value: ""}, {Key: fNextExpiry, Value: ""}}},
-		{Key: "$inc", Value: inc},
-		{Key: "$set", Value: set},
-	}
 }
 
 // firstStart decides what a start of the plan's current occurrence does at

@@ -13,6 +13,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // ProducerConfig configures a [Producer]. The zero value is ready to use.
@@ -232,9 +234,7 @@ func (p *Producer[P]) buildDocs(tasks []Task[P], prefixFormat string) ([]*taskDo
 			return nil, invalid(prefix+"Key", "%q is also the key of tasks[%d]", d.Key, j)
 		}
 		seen[d.Key] = i
-		if d.Status == StatusFinished { // a plan with no planned time left
-			d.ExpireAt = p.cfg.Retention.taskExpiry(StatusFinished, now)
-		}
+		taskstate.Fresh(d, planDone(d), now, p.cfg.Retention.policy())
 		docs[i] = d
 	}
 	return docs, nil
@@ -321,23 +321,19 @@ func (p *Producer[P]) findResettable(ctx context.Context, docs []*taskDoc) (map[
 	for i, d := range docs {
 		keys[i] = d.Key
 	}
-	cur, err := p.coll.Find(ctx, bson.D{
+	found, err := findAll(ctx, p.coll, bson.D{
 		{Key: fID, Value: bson.D{{Key: "$in", Value: keys}}},
-		{Key: fStatus, Value: op("$in", finishedStatuses)},
+		{Key: fStatus, Value: op("$in", taskstate.FinalStatuses)},
 		{Key: fRunning, Value: 0},
-	}, options.Find().SetProjection(bson.D{{Key: fKey, Value: 1}}))
+	}, nil, bson.D{{Key: fID, Value: 1}}, len(keys))
 	if err != nil {
 		return nil, fmt.Errorf("mscheduler: find finished tasks: %w", err)
 	}
-	var found []struct {
-		Key string `bson:"key"`
-	}
-	if err := cur.All(ctx, &found); err != nil {
-		return nil, fmt.Errorf("mscheduler: find finished tasks: %w", err)
-	}
 	out := make(map[string]bool, len(found))
-	for _, f := range found {
-		out[f.Key] = true
+	for _, raw := range found {
+		if key, ok := raw.Lookup(fID).StringValueOK(); ok {
+			out[key] = true
+		}
 	}
 	return out, nil
 }
@@ -414,54 +410,21 @@ func duplicateIndexes(err error) (map[int]bool, error) {
 	return out, nil
 }
 
+// upsertModel applies opts to a task that exists (see taskstate.Publish).
 func upsertModel(d *taskDoc, opts *PublishOpts) mongo.WriteModel {
-	filter := bson.D{{Key: fID, Value: d.Key}}
-	if opts.SkipRunning && (opts.UpdateParams || opts.MoveRunAt) {
-		filter = append(filter, bson.E{Key: fRunning, Value: 0})
-	}
-	set := bson.D{}
-	if opts.UpdateParams {
-		set = append(set, bson.E{Key: fParams, Value: d.Params})
-	}
-	if opts.MoveRunAt {
-		set = append(set, bson.E{Key: fRunAt, Value: d.RunAt})
-	}
-	if len(set) > 0 {
-		set = append(set, bson.E{Key: fUpdatedAt, Value: d.UpdatedAt})
-	}
-	update := bson.D{{Key: "$setOnInsert", Value: insertFields(d, set)}}
-	if len(set) > 0 {
-		update = append(update, bson.E{Key: "$set", Value: set})
-	}
+	filter, update := taskstate.Publish(d, insertFields(d), opts.UpdateParams, opts.MoveRunAt, opts.SkipRunning)
 	return mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update).SetUpsert(true)
 }
 
 // resetModel makes a finished task pending again with the published params
-// and options. It is an upsert too, so that a task that stopped being
-// resettable since it was read fails on the key index and is reported
-// unchanged instead of being silently skipped.
+// and options (see taskstate.Reset).
 func resetModel(d *taskDoc) mongo.WriteModel {
-	filter := bson.D{
-		{Key: fID, Value: d.Key},
-		{Key: fStatus, Value: op("$in", finishedStatuses)},
-		{Key: fRunning, Value: 0},
-	}
-	set := insertFields(d, bson.D{{Key: fID}, {Key: fKey}, {Key: fCreatedAt}, {Key: fRev}})
-	unset := bson.D{{Key: fHolders, Value: ""}, {Key: fDoneBy, Value: ""}, {Key: fNextExpiry, Value: ""}, {Key: fPaused, Value: ""}, {Key: fInvalid, Value: ""}}
-	if d.ExpireAt == nil {
-		unset = append(unset, bson.E{Key: fExpireAt, Value: ""})
-	}
-	update := bson.D{
-		{Key: "$set", Value: set},
-		{Key: "$unset", Value: unset},
-		{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}},
-	}
+	filter, update := taskstate.Reset(d, insertFields(d))
 	return mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update).SetUpsert(true)
 }
 
-// insertFields is the document of a new task as update fields, without the
-// fields named in except (which the update sets another way).
-func insertFields(d *taskDoc, except bson.D) bson.D {
+// insertFields is the document of a new task as update fields.
+func insertFields(d *taskDoc) bson.D {
 	raw, err := bson.Marshal(d)
 	if err != nil {
 		panic(fmt.Sprintf("mscheduler: encode task document: %v", err)) // params are already encoded
@@ -470,15 +433,5 @@ func insertFields(d *taskDoc, except bson.D) bson.D {
 	if err := bson.Unmarshal(raw, &full); err != nil {
 		panic(fmt.Sprintf("mscheduler: decode task document: %v", err))
 	}
-	skip := map[string]bool{fID: true} // an upsert takes _id from its filter
-	for _, e := range except {
-		skip[e.Key] = true
-	}
-	out := full[:0]
-	for _, e := range full {
-		if !skip[e.Key] {
-			out = append(out, e)
-		}
-	}
-	return out
+	return full
 }

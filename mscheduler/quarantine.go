@@ -6,112 +6,55 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
-// fInvalid holds why a task was set to StatusInvalid.
-const fInvalid = "invalid"
-
-// invalidNote is stored under invalid when a worker sets a task to
-// StatusInvalid, so that a person finds every broken task, and why, with
-// one query: db.tasks.find({status: "invalid"}, {invalid: 1}).
-type invalidNote struct {
-	// Reason names the field and what is wrong with it.
-	Reason string `bson:"reason"`
-	// Field is the stored field at fault, when one is.
-	Field string `bson:"field,omitempty"`
-	// Found says when the problem showed: claim, run end, sweep or check.
-	Found    string    `bson:"found"`
-	At       time.Time `bson:"at"`
-	WorkerID string    `bson:"worker_id"`
-	// Was is the status the task had before.
-	Was bson.RawValue `bson:"was,omitempty"`
-	// Run is the run that was going when the task was set invalid: its end
-	// could not be recorded as usual.
-	Run *runRecord `bson:"run,omitempty"`
-}
-
-// When a problem showed, for invalidNote.Found.
-const (
-	foundAtClaim   = "claim"
-	foundAtRunEnd  = "run end"
-	foundAtSweep   = "sweep"
-	foundByCheck   = "check"
-	foundAtRefusal = "refused claim"
-)
-
-// quarantine sets one task to StatusInvalid with the reason, in one update
-// that only touches fields whose stored type allows it, so that it applies
-// to any document. filter fences it: on the run being ended, or on the
-// document still being as read.
+// quarantine sets one task to StatusInvalid with the reason (see
+// taskstate.Quarantine), fenced on the run being ended or on the document
+// as read, plus extra (the check's: still unclaimable, so that a repair
+// made meanwhile stands).
 type quarantine struct {
-	key    string
-	filter bson.D
-	raw    bson.Raw // the document as last read: its counters and status
-	prob   *problem
-	found  string
-	holder string     // the worker whose holder entry to remove, if any
-	run    *runRecord // the run that ended, if any
-	now    time.Time
-	by     string // this worker
+	q     taskstate.Quarantine
+	extra bson.D
 }
 
-func (q *quarantine) update() bson.D {
-	note := invalidNote{Reason: q.prob.Error(), Field: q.prob.field, Found: q.found, At: q.now, WorkerID: q.by, Run: q.run}
-	if v := q.raw.Lookup(fStatus); v.Type != 0 {
-		note.Was = v
-	}
-	set := bson.D{{Key: fStatus, Value: StatusInvalid}, {Key: fInvalid, Value: note}, {Key: fUpdatedAt, Value: q.now}}
-	update := bson.D{{Key: "$set", Value: set}}
-	if q.holder == "" {
-		return update
-	}
-	// Give the run's slot back where the counters can take it.
-	unset := bson.D{{Key: holderPath(q.holder), Value: ""}}
-	inc := bson.D{}
-	running, numeric := q.raw.Lookup(fRunning).AsInt64OK()
-	if numeric {
-		inc = append(inc, bson.E{Key: fRunning, Value: -1})
-		if running <= 1 {
-			unset = append(unset, bson.E{Key: fNextExpiry, Value: ""})
-		}
-	}
-	if _, ok := q.raw.Lookup(fFree).AsInt64OK(); ok && (q.run == nil || q.run.Outcome != OutcomeSucceeded) {
-		inc = append(inc, bson.E{Key: fFree, Value: 1})
-	}
-	if _, ok := q.raw.Lookup(fRev).AsInt64OK(); ok {
-		inc = append(inc, bson.E{Key: fRev, Value: 1})
-	}
-	update = append(update, bson.E{Key: "$unset", Value: unset})
-	if v := q.raw.Lookup(fUnlogged); q.run != nil && (v.Type == 0 || v.Type == bson.TypeEmbeddedDocument) {
-		set = append(set, bson.E{Key: unloggedPath(q.run.RunID), Value: q.now})
-		update[0].Value = set
-	}
-	if len(inc) > 0 {
-		update = append(update, bson.E{Key: "$inc", Value: inc})
-	}
-	return update
+// newQuarantine prepares the quarantine of the task raw, as read, for prob
+// found at found.
+func newQuarantine(raw bson.Raw, prob *problem, found string) *quarantine {
+	return &quarantine{q: taskstate.Quarantine{Raw: raw, Problem: prob, Found: found}}
+}
+
+// ending says the quarantine ends run runID of workerID (rec, when set, is
+// the run's record, kept in the note); lease, when not zero, fences it on
+// the lapsed lease as read too.
+func (q *quarantine) ending(workerID, runID string, rec *runRecord, lease time.Time) *quarantine {
+	q.q.Holder, q.q.RunID, q.q.Run, q.q.Lease = workerID, runID, rec, lease
+	return q
 }
 
 // apply writes the quarantine and reports it once: a log line at WARN and
 // an EventInvalid naming the key and the field. It returns false, with no
 // error, when the filter no longer matches (the document changed).
 func (c *Consumer[P, R]) quarantine(ctx context.Context, q *quarantine) (bool, error) {
-	q.now, q.by = c.clock.Now(), c.cfg.WorkerID
-	res, err := c.coll.UpdateOne(ctx, q.filter, q.update())
+	q.q.Now, q.q.By = c.clock.Now(), c.cfg.WorkerID
+	key := stored.IDString(q.q.Raw.Lookup(fID))
+	res, err := c.coll.UpdateOne(ctx, append(q.q.Filter(), q.extra...), q.q.Update())
 	if err != nil {
-		return false, fmt.Errorf("mscheduler: set task %q invalid (%v): %w", q.key, q.prob, err)
+		return false, fmt.Errorf("mscheduler: set task %q invalid (%v): %w", key, q.q.Problem, err)
 	}
 	if res.MatchedCount == 0 {
 		return false, nil
 	}
-	err = fmt.Errorf("mscheduler: task %q set to status invalid: %w", q.key, q.prob)
+	err = fmt.Errorf("mscheduler: task %q set to status invalid: %w", key, q.q.Problem)
 	c.log.Warn("task document is invalid; set to status invalid until a person repairs it",
-		"key", q.key, "field", q.prob.field, "reason", q.prob.reason, "found", q.found)
-	ev := Event{Kind: EventInvalid, Key: q.key, Err: err}
-	if q.run != nil {
-		ev.RunID, ev.WorkerID = q.run.RunID, q.run.WorkerID
+		"key", key, "field", q.q.Problem.Field, "reason", q.q.Problem.Reason, "found", q.q.Found)
+	ev := Event{Kind: EventInvalid, Key: key, Err: err}
+	if r := q.q.Run; r != nil {
+		ev.RunID, ev.WorkerID = r.RunID, r.WorkerID
 	}
 	c.emit(ev)
 	return true, nil
@@ -178,7 +121,7 @@ func problemOf(ctx context.Context, coll *mongo.Collection, filter bson.D, cause
 	if errors.As(cause, &u) {
 		return raw, u.prob
 	}
-	return raw, &problem{field: "(document)", reason: "cannot be written: " + serverMessage(cause)}
+	return raw, &problem{Field: "(document)", Reason: "cannot be written: " + serverMessage(cause)}
 }
 
 // serverMessage is the server's message of an error, without the driver's

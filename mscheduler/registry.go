@@ -10,6 +10,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 )
 
 // Version is this library's version, reported by worker processes in the
@@ -59,7 +61,7 @@ type WorkerInfo struct {
 func workers(db *mongo.Database) *mongo.Collection { return db.Collection(WorkersCollection) }
 
 // workerFields are the stored fields of a worker, with their Go types.
-var workerFields = fieldsOf(reflect.TypeFor[WorkerInfo]())
+var workerFields = stored.FieldsOf(reflect.TypeFor[WorkerInfo]())
 
 // Heartbeat writes a worker's document (it replaces the last one) with
 // the server's time as LastSeen. The worker runtime calls it every
@@ -146,18 +148,26 @@ func ListWorkers(ctx context.Context, db *mongo.Database) ([]WorkerInfo, error) 
 	}
 	out := make([]WorkerInfo, len(raws))
 	for i, raw := range raws {
-		prob := decodeRecord(raw, workerFields, &out[i])
+		prob := stored.DecodeLenient(raw, workerFields, &out[i])
 		if prob == nil {
-			prob = dateProblem(raw, "last_seen")
+			prob = stored.DateProblem(raw, "last_seen")
+		}
+		if prob == nil && (out[i].HeartbeatMS < 1 || out[i].HeartbeatMS > maxHeartbeatMS) {
+			prob = stored.Problemf("heartbeat_ms", "must be from 1 to %d (%s), got %d", maxHeartbeatMS, fromMS(maxHeartbeatMS), out[i].HeartbeatMS)
 		}
 		if prob != nil {
 			out[i].Problem = prob.Error()
 		}
-		beats := fromMS(max(out[i].HeartbeatMS, 1))
+		beats := fromMS(min(max(out[i].HeartbeatMS, 1), maxHeartbeatMS))
 		out[i].Stale = now.Sub(out[i].LastSeen) > StaleAfterBeats*beats
 	}
 	return out, nil
 }
+
+// maxHeartbeatMS is the longest heartbeat interval a worker record is
+// read with: a longer one (edited by hand) would keep a dead worker
+// reported alive past its forgetting, or overflow the reckoning.
+const maxHeartbeatMS = int64(WorkerForgetAfter/time.Millisecond) / StaleAfterBeats
 
 // ServerTime reads the server's clock (the hello reply's localTime).
 func ServerTime(ctx context.Context, db *mongo.Database) (time.Time, error) {

@@ -3,6 +3,8 @@ package mscheduler
 import (
 	"cmp"
 	"time"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // Retention defaults, in the spirit of River's: finished work is kept a
@@ -13,10 +15,7 @@ const (
 )
 
 // KeepForever is a Retention duration that never deletes.
-const KeepForever time.Duration = -1
-
-// fExpireAt is when a finished task, or a run record, may be deleted.
-const fExpireAt = "expire_at"
+const KeepForever = taskstate.KeepForever
 
 // Retention says how long finished tasks and run records are kept before
 // they are deleted (by a TTL index where the server has them, else by the
@@ -47,31 +46,7 @@ func (r Retention) validate(prefix string) error {
 	return nil
 }
 
-// taskExpiry is when a task that reached status at now may be deleted; nil
-// for a status that is not final, or kept forever.
-func (r Retention) taskExpiry(status Status, now time.Time) *time.Time {
-	switch status {
-	case StatusSucceeded, StatusFinished:
-		return expiry(r.Succeeded, now)
-	case StatusFailed, StatusCancelled:
-		return expiry(r.Failed, now)
-	}
-	return nil
-}
-
-// runExpiry is when a run record that ended with outcome at now may be
-// deleted; nil when kept forever.
-func (r Retention) runExpiry(outcome Outcome, now time.Time) *time.Time {
-	if outcome == OutcomeSucceeded {
-		return expiry(r.Succeeded, now)
-	}
-	return expiry(r.Failed, now)
-}
-
-func expiry(keep time.Duration, now time.Time) *time.Time {
-	if keep == KeepForever {
-		return nil
-	}
-	t := now.Add(keep)
-	return &t
+// policy is the retention as the owner of a task's state applies it.
+func (r Retention) policy() taskstate.Retention {
+	return taskstate.Retention{Succeeded: r.Succeeded, Failed: r.Failed}
 }

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // Schema versions. Version 1 was the first layout; version 2 added plans,
@@ -17,9 +21,9 @@ import (
 const (
 	// SchemaVersion is the version of the task document layout written by
 	// this library.
-	SchemaVersion = 2
+	SchemaVersion = stored.SchemaVersion
 	// SchemaVersionOldest is the oldest layout this library migrates.
-	SchemaVersionOldest = 1
+	SchemaVersionOldest = stored.SchemaVersionOldest
 )
 
 // ErrSchema is matched by a *SchemaError.
@@ -45,13 +49,7 @@ func metaCollection(coll *mongo.Collection) *mongo.Collection {
 	return coll.Database().Collection(coll.Name() + ".meta")
 }
 
-// schemaMeta is the metadata document {_id: "schema"}.
-type schemaMeta struct {
-	Version   int       `bson:"version"`
-	UpdatedAt time.Time `bson:"updated_at"`
-}
-
-const schemaMetaID = "schema"
+const schemaMetaID = stored.SchemaID
 
 // ensureSchema brings coll to SchemaVersion: it refuses a newer collection
 // before writing anything, and migrates an older one. Every step is
@@ -59,35 +57,56 @@ const schemaMetaID = "schema"
 // started again, end in the same documents.
 func ensureSchema(ctx context.Context, coll *mongo.Collection) error {
 	meta := metaCollection(coll)
-	var m schemaMeta
-	err := meta.FindOne(ctx, bson.D{{Key: "_id", Value: schemaMetaID}}).Decode(&m)
+	raw, err := meta.FindOne(ctx, bson.D{{Key: "_id", Value: schemaMetaID}}).Raw()
+	version := SchemaVersionOldest // no metadata: written by version 1, or empty
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
-		m.Version = SchemaVersionOldest // no metadata: written by version 1, or empty
 	case err != nil:
 		return fmt.Errorf("mscheduler: read schema version of %s: %w", coll.Name(), err)
+	default:
+		v, prob := stored.SchemaVersionOf(raw)
+		if prob != nil {
+			// Edited by hand: every migration step is idempotent, so the
+			// oldest version is safe to start from, and the document is
+			// written again whole.
+			slog.Default().Warn("the schema document of the collection's metadata cannot be read; migrating from the oldest version and writing it again",
+				"collection", coll.Name(), "field", prob.Field, "reason", prob.Reason)
+			return migrate(ctx, coll, meta, true)
+		}
+		version = v
 	}
-	if m.Version > SchemaVersion {
-		return &SchemaError{Collection: coll.Name(), Found: m.Version, Supported: SchemaVersion}
+	if version > SchemaVersion {
+		return &SchemaError{Collection: coll.Name(), Found: version, Supported: SchemaVersion}
 	}
-	if m.Version == SchemaVersion {
+	if version == SchemaVersion {
 		return nil
 	}
-	return migrate(ctx, coll, meta)
+	return migrate(ctx, coll, meta, false)
 }
 
 // migrate moves every document to SchemaVersion, then records the version.
 // From 1 to 2 no field changes meaning, so the step only stamps the version;
 // the metadata is written last, so a migration cut short is finished by the
 // next run.
-func migrate(ctx context.Context, coll, meta *mongo.Collection) error {
-	_, err := coll.UpdateMany(ctx, bson.D{{Key: fSchema, Value: op("$lt", SchemaVersion)}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: fSchema, Value: SchemaVersion}}}})
-	if err != nil {
+//
+// A schema document that cannot be read (broken) is replaced whole,
+// fenced on its version still not being a number.
+func migrate(ctx context.Context, coll, meta *mongo.Collection, broken bool) error {
+	filter, update := taskstate.Migrate()
+	if _, err := coll.UpdateMany(ctx, filter, update); err != nil {
 		return fmt.Errorf("mscheduler: migrate %s to schema version %d: %w", coll.Name(), SchemaVersion, err)
 	}
-	_, err = meta.UpdateOne(ctx, bson.D{{Key: "_id", Value: schemaMetaID}},
-		bson.D{{Key: "$max", Value: bson.D{{Key: "version", Value: SchemaVersion}}}, {Key: "$set", Value: bson.D{{Key: "updated_at", Value: time.Now().UTC()}}}},
+	now := time.Now().UTC()
+	if broken {
+		_, err := meta.ReplaceOne(ctx, bson.D{{Key: "_id", Value: schemaMetaID}, {Key: "version", Value: op("$not", op("$type", "number"))}},
+			bson.D{{Key: "version", Value: SchemaVersion}, {Key: "updated_at", Value: now}})
+		if err != nil {
+			return fmt.Errorf("mscheduler: record schema version of %s: %w", coll.Name(), err)
+		}
+		return nil
+	}
+	_, err := meta.UpdateOne(ctx, bson.D{{Key: "_id", Value: schemaMetaID}},
+		bson.D{{Key: "$max", Value: bson.D{{Key: "version", Value: SchemaVersion}}}, {Key: "$set", Value: bson.D{{Key: "updated_at", Value: now}}}},
 		options.UpdateOne().SetUpsert(true))
 	if mongo.IsDuplicateKeyError(err) { // another process created it meanwhile
 		return ensureSchema(ctx, coll)

@@ -47,18 +47,17 @@ func (p *Producer[P]) Stats(ctx context.Context) (*Stats, error) {
 	s := &Stats{ByStatus: byStatus, At: now}
 	qctx, cancel := context.WithTimeout(ctx, StatsTimeout)
 	defer cancel()
-	var oldest struct {
-		RunAt time.Time `bson:"run_at"`
-	}
 	waiting := bson.D{{Key: fStatus, Value: op("$in", claimableStatuses)}, {Key: fRunAt, Value: op("$lte", now)},
 		{Key: fFree, Value: op("$gt", 0)},
 		{Key: fPaused, Value: op("$ne", true)}}
-	err = p.coll.FindOne(qctx, waiting,
-		options.FindOne().SetSort(bson.D{{Key: fRunAt, Value: 1}}).SetProjection(bson.D{{Key: fRunAt, Value: 1}})).Decode(&oldest)
+	oldest, err := p.coll.FindOne(qctx, waiting,
+		options.FindOne().SetSort(bson.D{{Key: fRunAt, Value: 1}}).SetProjection(bson.D{{Key: fRunAt, Value: 1}})).Raw()
 	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, fmt.Errorf("mscheduler: stats: %w", err)
 	}
-	s.OldestDue = oldest.RunAt
+	if err == nil {
+		s.OldestDue, _ = oldest.Lookup(fRunAt).TimeOK() // the filter holds dates only
+	}
 	if s.Due, err = p.coll.CountDocuments(qctx, waiting); err != nil {
 		return nil, fmt.Errorf("mscheduler: stats: %w", err)
 	}

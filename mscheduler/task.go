@@ -2,53 +2,60 @@ package mscheduler
 
 import (
 	"time"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 )
 
 // Status is the state of a task, stored as a string in the task document.
-type Status string
+type Status = stored.Status
 
 const (
 	// StatusPending: the task has capacity left and no run is going.
-	StatusPending Status = "pending"
+	StatusPending = stored.StatusPending
 	// StatusRunning: at least one worker holds a run of the task.
-	StatusRunning Status = "running"
+	StatusRunning = stored.StatusRunning
 	// StatusSucceeded: the task has as many successful runs as its concurrency.
-	StatusSucceeded Status = "succeeded"
+	StatusSucceeded = stored.StatusSucceeded
 	// StatusFailed: the task's failed runs reached its MaxFailedRuns.
-	StatusFailed Status = "failed"
+	StatusFailed = stored.StatusFailed
 	// StatusFinished: the task's plan has no planned time left.
-	StatusFinished Status = "finished"
+	StatusFinished = stored.StatusFinished
 	// StatusCancelled: the task was cancelled (Producer.Cancel); it runs no
 	// more, and its runs going on were cancelled. Retry makes it pending.
-	StatusCancelled Status = "cancelled"
+	StatusCancelled = stored.StatusCancelled
 	// StatusInvalid: the task's document cannot be run as stored (it was
 	// edited by hand into a shape the library cannot use); its invalid
 	// field says which field is wrong and why. Workers skip it until a
 	// person repairs the field and sets the status back to pending.
-	StatusInvalid Status = "invalid"
+	StatusInvalid = stored.StatusInvalid
 )
 
 // Outcome is how one run ended, stored in the run records of a task.
-type Outcome string
+type Outcome = stored.Outcome
 
 const (
 	// OutcomeSucceeded: the handler returned no error.
-	OutcomeSucceeded Outcome = "succeeded"
+	OutcomeSucceeded = stored.OutcomeSucceeded
 	// OutcomeFailed: the handler failed on its last local attempt.
-	OutcomeFailed Outcome = "failed"
+	OutcomeFailed = stored.OutcomeFailed
 	// OutcomeExpired: the worker stopped pinging and its lease lapsed; another
 	// worker recorded the run as expired and freed its slot.
-	OutcomeExpired Outcome = "expired"
+	OutcomeExpired = stored.OutcomeExpired
 	// OutcomeReleased: the worker gave the run back on shutdown, before it ended.
-	OutcomeReleased Outcome = "released"
+	OutcomeReleased = stored.OutcomeReleased
 	// OutcomeCancelled: the task was cancelled while the run went on; its
 	// handler's context was cancelled (cause ErrCancelled). It does not
 	// count as a failure.
-	OutcomeCancelled Outcome = "cancelled"
+	OutcomeCancelled = stored.OutcomeCancelled
 	// OutcomeRevoked: the task stopped allowing the worker (worker_ids or
 	// group changed) while the run was going; the run was cancelled at its
 	// next ping and its slot given back. It does not count as a failure.
-	OutcomeRevoked Outcome = "revoked"
+	OutcomeRevoked = stored.OutcomeRevoked
+	// OutcomeUnknown: the run's history record was written after its task
+	// no longer kept the run's record (more runs ended meanwhile than
+	// RunsKept); only its id and task are known. The real record, if it
+	// comes later, replaces it.
+	OutcomeUnknown = stored.OutcomeUnknown
 )
 
 // Defaults of the task options. A zero option in a published [Task] takes the

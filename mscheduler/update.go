@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // TaskUpdate changes the options and metadata of an existing task. Nil
@@ -38,8 +41,10 @@ type TaskUpdate struct {
 // already has enough successes is succeeded, one that needs more is pending
 // again. It returns [ErrNotFound] if no task has the key.
 func (p *Producer[P]) Update(ctx context.Context, key string, u TaskUpdate) error {
-	return p.rewrite(ctx, key, "update", func(doc *taskDoc, now time.Time) (bson.D, error) {
-		return u.build(doc, now, p.cfg.Retention)
+	need := needs(fConcurrency, fFree, fRunning, fSucceeded, fStatus, fPlan, fPingIntervalMS, fWorkerTimeoutMS,
+		stored.FMaxRetries, stored.FRetryDelayMS, fMaxFailedRuns)
+	return p.rewrite(ctx, key, "update", need, func(doc *readTask, now time.Time) (bson.D, error) {
+		return u.build(doc.Task, now, p.cfg.Retention)
 	})
 }
 
@@ -49,12 +54,6 @@ func (u *TaskUpdate) build(doc *taskDoc, now time.Time, retention Retention) (bs
 	opts := taskOptions{
 		Concurrency: doc.Concurrency, PingInterval: fromMS(doc.PingIntervalMS), WorkerTimeout: fromMS(doc.WorkerTimeoutMS),
 		MaxRetries: doc.MaxRetries, RetryDelay: fromMS(doc.RetryDelayMS), MaxFailedRuns: doc.MaxFailedRuns,
-	}
-	set := bson.D{{Key: fUpdatedAt, Value: now}}
-	setIf := func(changed bool, field string, value any) {
-		if changed {
-			set = append(set, bson.E{Key: field, Value: value})
-		}
 	}
 	if u.Concurrency != nil {
 		opts.Concurrency = *u.Concurrency
@@ -83,55 +82,28 @@ func (u *TaskUpdate) build(doc *taskDoc, now time.Time, retention Retention) (bs
 	if err := u.validateRest(); err != nil {
 		return nil, err
 	}
-	setIf(u.Priority != nil, fPriority, deref(u.Priority))
-	setIf(u.PingInterval != nil, fPingIntervalMS, ms(opts.PingInterval))
-	setIf(u.WorkerTimeout != nil, fWorkerTimeoutMS, ms(opts.WorkerTimeout))
-	setIf(u.MaxRetries != nil, fMaxRetries, opts.MaxRetries)
-	setIf(u.RetryDelay != nil, fRetryDelayMS, ms(opts.RetryDelay))
-	setIf(u.MaxFailedRuns != nil, fMaxFailedRuns, opts.MaxFailedRuns)
-	setIf(u.Timeout != nil, fTimeoutMS, ms(deref(u.Timeout)))
-	setIf(u.WorkerIDs != nil, fWorkerIDs, deref(u.WorkerIDs))
-	setIf(u.Group != nil, fGroup, deref(u.Group))
-	setIf(u.Description != nil, fDescription, deref(u.Description))
-	setIf(u.Source != nil, fSource, deref(u.Source))
-	setIf(u.Tags != nil, fTags, deref(u.Tags))
-	inc := bson.D{{Key: fRev, Value: 1}}
-	var unset bson.D
-	if delta := opts.Concurrency - doc.Concurrency; delta != 0 {
-		if doc.Plan != nil && opts.Concurrency < doc.Succeeded {
-			return nil, invalid("Concurrency", "must not be below the %d successes of the plan's current occurrence, got %d", doc.Succeeded, opts.Concurrency)
-		}
-		set = append(set, bson.E{Key: fConcurrency, Value: opts.Concurrency})
-		inc = append(inc, bson.E{Key: fFree, Value: delta})
-		if status := statusAfterResize(doc, doc.Free+delta); status != "" {
-			set = append(set, bson.E{Key: fStatus, Value: status})
-			if exp := retention.taskExpiry(status, now); exp != nil {
-				set = append(set, bson.E{Key: fExpireAt, Value: *exp})
-			} else {
-				unset = bson.D{{Key: fExpireAt, Value: ""}}
-			}
-		}
+	edit := taskstate.Edit{
+		Priority: u.Priority, WorkerIDs: u.WorkerIDs, Group: u.Group, MaxRetries: u.MaxRetries, MaxFailedRuns: u.MaxFailedRuns,
+		Description: u.Description, Source: u.Source, Tags: u.Tags,
+		PingIntervalMS: msOf(u.PingInterval), WorkerTimeoutMS: msOf(u.WorkerTimeout), RetryDelayMS: msOf(u.RetryDelay), TimeoutMS: msOf(u.Timeout),
 	}
-	update := bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: inc}}
-	if unset != nil {
-		update = append(update, bson.E{Key: "$unset", Value: unset})
+	if u.Concurrency != nil {
+		edit.Concurrency = &opts.Concurrency
+	}
+	update, why := edit.Apply(doc, now, retention.policy())
+	if why != "" {
+		return nil, invalid("Concurrency", "%s", why)
 	}
 	return update, nil
 }
 
-// statusAfterResize is the status a concurrency change implies for a task
-// with no run going: succeeded when it has enough successes, pending when
-// it needs more. Running tasks settle at their runs' ends.
-func statusAfterResize(doc *taskDoc, free int) Status {
-	switch {
-	case doc.Running > 0 || doc.Plan != nil:
-		return ""
-	case doc.Status == StatusSucceeded && free > 0:
-		return StatusPending
-	case doc.Status == StatusPending && free <= 0:
-		return StatusSucceeded
+// msOf is an optional duration in stored milliseconds.
+func msOf(d *time.Duration) *int64 {
+	if d == nil {
+		return nil
 	}
-	return ""
+	v := ms(*d)
+	return &v
 }
 
 // validatePing refuses ping settings that would make a lease unrenewable:
@@ -169,12 +141,4 @@ func (u *TaskUpdate) validateRest() error {
 		}
 	}
 	return nil
-}
-
-func deref[T any](p *T) T {
-	if p == nil {
-		var zero T
-		return zero
-	}
-	return *p
 }

@@ -162,11 +162,13 @@ func (p *Producer[P]) Completions(ctx context.Context, buffer int) <-chan Comple
 	return out
 }
 
-// statusOf reads a task's status.
+// statusOf reads a task's status; a status that is not a string (edited
+// by hand) reads as the empty status, which no wait is done at.
 func (p *Producer[P]) statusOf(ctx context.Context, key string) (Status, bool) {
-	var doc struct {
-		Status Status `bson:"status"`
+	raw, err := p.coll.FindOne(ctx, bson.D{{Key: fID, Value: key}}, options.FindOne().SetProjection(bson.D{{Key: fStatus, Value: 1}})).Raw()
+	if err != nil {
+		return "", false
 	}
-	err := p.coll.FindOne(ctx, bson.D{{Key: fID, Value: key}}, options.FindOne().SetProjection(bson.D{{Key: fStatus, Value: 1}})).Decode(&doc)
-	return doc.Status, err == nil
+	status, _ := raw.Lookup(fStatus).StringValueOK()
+	return Status(status), true
 }

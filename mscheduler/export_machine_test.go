@@ -1,0 +1,229 @@
+package mscheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// Worker drives one consumer's machinery a step at a time, with no
+// goroutine of its own: a claim, a run's end, a ping, a sweep, a check, a
+// maintenance pass, each as the consumer's loops do them. The state-machine
+// test uses it so that every step is its own, and a failure shrinks to a
+// short sequence of them.
+type Worker struct {
+	c    *Consumer[map[string]any, struct{}]
+	st   *claimState
+	runs map[string]*activeRun // by run id
+}
+
+// WorkerRun is a run a Worker holds.
+type WorkerRun struct {
+	Key, RunID string
+	Lease      time.Time
+}
+
+// NewWorker makes a worker of coll named id whose clock is wall and mono
+// (the test moves them), with leases of the tasks it claims taken as
+// written. Its run ends are written one by one; EndTogether writes
+// several in one batch.
+func NewWorker(ctx context.Context, coll *mongo.Collection, id string, wall func() time.Time, mono func() time.Duration, r Retention) (*Worker, error) {
+	c, err := NewConsumer(coll, func(context.Context, *Task[map[string]any]) (struct{}, error) { return struct{}{}, nil }, &ConsumerConfig{
+		WorkerID: id, Clock: wall, Monotonic: mono, ClockSyncInterval: 24 * 365 * time.Hour, EndBatchMax: 1, ClaimSpareFor: NoClaimSpares,
+		Retention: r, Logger: machineLog(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.endCtx, c.workCtx = context.Background(), context.Background()
+	if err := c.clock.ensure(ctx, coll.Database()); err != nil {
+		return nil, err
+	}
+	// One consumer among one: its batch claims take candidates in claim
+	// order, not from a random place, so that a sequence replays.
+	return &Worker{c: c, st: &claimState{peers: 1}, runs: map[string]*activeRun{}}, nil
+}
+
+// ShareClock makes w and the producer p read the server's time as like
+// does, from one measurement: the test's model then has one time.
+func ShareClock[P any](like *Worker, p *Producer[P], ws ...*Worker) {
+	base := like.c.clock.base.Load()
+	for _, w := range ws {
+		w.c.clock.base.Store(base)
+	}
+	if p != nil {
+		p.clock.mono, p.clock.wall, p.clock.interval = like.c.clock.mono, like.c.clock.wall, like.c.clock.interval
+		p.clock.base.Store(base)
+	}
+}
+
+// Now is the worker's estimate of the server's time.
+func (w *Worker) Now() time.Time { return w.c.clock.Now() }
+
+// Claim claims one slot of the best claimable task, as a consumer with one
+// free slot does (a findAndModify), and admits it as the consumer would:
+// a task that cannot run as stored is set invalid, and a plan's gate may
+// give the slot back. It returns the run started, if one was.
+func (w *Worker) Claim(ctx context.Context) (*WorkerRun, error) {
+	raw, runID, err := w.c.claimOne(ctx, w.st)
+	if err != nil || raw == nil {
+		return nil, err
+	}
+	return w.admit(raw, runID), nil
+}
+
+// ClaimBatch claims up to k slots with a batch claim (the candidate query,
+// one update of a statement each, and the read back when needed).
+func (w *Worker) ClaimBatch(ctx context.Context, k int) ([]WorkerRun, error) {
+	w.st.backlog = true
+	won, _, err := w.c.claimBatch(ctx, w.st, k)
+	var out []WorkerRun
+	for _, cl := range won {
+		if r := w.admit(cl.raw, cl.runID); r != nil {
+			out = append(out, *r)
+		}
+	}
+	return out, err
+}
+
+func (w *Worker) admit(raw bson.Raw, runID string) *WorkerRun {
+	doc, _, prob := decodeClaimed[map[string]any](raw, w.c.cfg.WorkerID)
+	if prob != nil {
+		w.c.quarantineClaimed(raw, runID, prob)
+		return nil
+	}
+	w.st.leases.observe(fromMS(doc.WorkerTimeoutMS))
+	if !w.c.planGate(doc) {
+		return nil
+	}
+	h := doc.Holders[w.c.cfg.WorkerID]
+	r := &activeRun{key: doc.Key, id: doc.RawID, runID: h.Run, started: h.Started, doc: doc, soleHolder: doc.Running == 1,
+		pingInterval: fromMS(doc.PingIntervalMS), workerTimeout: fromMS(doc.WorkerTimeoutMS)}
+	r.leaseUntil.Store(effectiveLease(h, fromMS(doc.WorkerTimeoutMS)).UnixNano())
+	w.runs[r.runID] = r
+	return &WorkerRun{Key: r.key, RunID: r.runID, Lease: r.lease()}
+}
+
+// Runs are the runs the worker holds, as it knows them.
+func (w *Worker) Runs() []WorkerRun {
+	out := make([]WorkerRun, 0, len(w.runs))
+	for _, r := range w.runs {
+		out = append(out, WorkerRun{Key: r.key, RunID: r.runID, Lease: r.lease()})
+	}
+	return out
+}
+
+// End writes the end of a run of the worker with outcome, as a run's
+// goroutine does. It returns ErrLeaseLost when the run no longer held its
+// slot.
+func (w *Worker) End(ctx context.Context, runID string, outcome Outcome) error {
+	r, ok := w.runs[runID]
+	if !ok {
+		return fmt.Errorf("no run %s", runID)
+	}
+	delete(w.runs, runID)
+	end := w.endOf(r, outcome)
+	err := end.write(ctx, w.c.coll)
+	switch {
+	case errors.Is(err, errRunGone):
+		return ErrLeaseLost
+	case unwritable(err):
+		w.c.endUnwritable(r, end, err)
+		return nil
+	}
+	return err
+}
+
+// EndTogether writes the ends of several runs of the worker in one batch,
+// as the run-end batcher does; it returns the error of each run's end.
+func (w *Worker) EndTogether(ctx context.Context, runIDs []string, outcomes []Outcome) []error {
+	b := newEndBatcher(w.c.coll, w.c.cfg.WorkerID, 64, 0, WriteTimeoutDefault, func() int { return len(w.runs) })
+	batch := make([]*endRequest, len(runIDs))
+	for i, id := range runIDs {
+		r := w.runs[id]
+		delete(w.runs, id)
+		batch[i] = &endRequest{end: w.endOf(r, outcomes[i]), reply: make(chan error, 1)}
+	}
+	b.flush(ctx, batch)
+	out := make([]error, len(batch))
+	for i, req := range batch {
+		err := <-req.reply
+		if errors.Is(err, errWriteAlone) {
+			err = req.end.write(ctx, w.c.coll)
+		}
+		if errors.Is(err, errRunGone) {
+			err = ErrLeaseLost
+		}
+		out[i] = err
+	}
+	return out
+}
+
+func (w *Worker) endOf(r *activeRun, outcome Outcome) *runEnd {
+	end := w.c.newRunEnd(r, 1)
+	end.Record.Outcome = outcome
+	if outcome != OutcomeSucceeded {
+		end.Record.Error = "ended " + string(outcome) + " by the test"
+	}
+	return end
+}
+
+// Ping renews a run's lease, as the pinger does; it says whether the run
+// still held its slot.
+func (w *Worker) Ping(ctx context.Context, runID string) (bool, error) {
+	r, ok := w.runs[runID]
+	if !ok {
+		return false, fmt.Errorf("no run %s", runID)
+	}
+	lease := w.Now().Add(r.workerTimeout)
+	reply, err := w.c.pinger.renew(ctx, r, lease, 1, r.soleHolder)
+	if err != nil {
+		return false, err
+	}
+	if reply == nil {
+		delete(w.runs, runID)
+		return false, nil
+	}
+	r.leaseUntil.Store(lease.UnixNano())
+	r.soleHolder = reply.Running == 1
+	return true, nil
+}
+
+// Die forgets every run of the worker, as a worker killed does: their
+// leases lapse and another worker's sweep expires them.
+func (w *Worker) Die() { clear(w.runs) }
+
+// Sweep expires the runs whose lease lapsed, as the claim loop's sweep
+// does.
+func (w *Worker) Sweep(ctx context.Context) error {
+	now := w.Now()
+	_, err := w.c.sweep(ctx, w.st, now, now)
+	return err
+}
+
+// Check runs the periodic check of unclaimable documents once.
+func (w *Worker) Check(ctx context.Context) error {
+	_, err := w.c.check(ctx, w.Now())
+	return err
+}
+
+// Maintain runs one maintenance pass: retention deletes and the history
+// records left unwritten.
+func (w *Worker) Maintain(ctx context.Context) {
+	w.c.maintain(ctx, w.Now(), w.st)
+}
+
+// machineLog discards a worker's logs unless MSCHEDULER_TEST_LOG is set.
+func machineLog() *slog.Logger {
+	if os.Getenv("MSCHEDULER_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
