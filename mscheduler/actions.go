@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/history"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
@@ -134,14 +135,14 @@ func (p *Producer[P]) Delete(ctx context.Context, key string, opts *DeleteOpts) 
 // unlogged: deleting it would lose the marks.
 func (p *Producer[P]) logBeforeDelete(ctx context.Context, id bson.RawValue) error {
 	raw, err := p.coll.FindOne(ctx, append(taskstate.ByID(id), bson.E{Key: fUnlogged, Value: op("$gt", bson.D{})}),
-		options.FindOne().SetProjection(unloggedProjection)).Raw()
+		options.FindOne().SetProjection(history.MarksProjection)).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("mscheduler: delete %q: %w", stored.IDString(id), err)
 	}
-	_, err = writeUnloggedOf(ctx, p.coll, []bson.Raw{raw}, p.cfg.Retention, p.clock.Now(), 0)
+	_, err = history.WriteMarked(ctx, p.coll, []bson.Raw{raw}, p.cfg.Retention.policy(), p.clock.Now(), 0)
 	return err
 }
 
@@ -176,7 +177,7 @@ func (p *Producer[P]) DeleteFinished(ctx context.Context, olderThan time.Duratio
 	if olderThan < 0 {
 		return 0, invalid("olderThan", "must not be negative, got %s", olderThan)
 	}
-	if err := p.clock.ensure(ctx, p.coll.Database()); err != nil {
+	if err := p.clock.Ensure(ctx, p.coll.Database()); err != nil {
 		return 0, err
 	}
 	return deleteInBatches(ctx, p.coll, taskstate.FinishedBefore(p.clock.Now().Add(-olderThan)))

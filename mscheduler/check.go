@@ -7,6 +7,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
@@ -47,7 +48,7 @@ func (c *Consumer[P, R]) checkIfDue(ctx context.Context, st *claimState) {
 // repair made meanwhile stands. It says whether another batch may wait.
 func (c *Consumer[P, R]) check(ctx context.Context, now time.Time) (bool, error) {
 	filter := taskstate.Audit(now)
-	raws, err := findAll(ctx, c.coll, filter, nil, bson.D{{Key: fRuns, Value: 0}, {Key: fParams, Value: 0}}, checkBatch)
+	raws, err := query.FindAll(ctx, c.coll, filter, nil, bson.D{{Key: fRuns, Value: 0}, {Key: fParams, Value: 0}}, checkBatch)
 	if err != nil {
 		return false, fmt.Errorf("mscheduler: check for unclaimable tasks: %w", err)
 	}

@@ -12,6 +12,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/claimchoice"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
@@ -44,56 +46,13 @@ type claimed struct {
 	runID string
 }
 
-// candidate is a task that a batch may claim. It is read field by field,
-// leniently: a hand-edited field of the wrong type must not stop the
-// batch (the claim's inspection sets such a task invalid, naming it).
-type candidate struct {
-	Key             string
-	id              bson.RawValue // the _id as read: the claim's statement is fenced on it
-	Priority        int64
-	WorkerTimeoutMS int64
-	raw             bson.Raw // the task as read, without its runs
-	exact           bool     // see exactCandidate
-	contended       bool     // see contendedCandidate
-}
-
-// candidateOf reads a candidate; a task whose _id is not a string is not
-// one (the single claim and the periodic check deal with it).
-func candidateOf(raw bson.Raw) (candidate, bool) {
-	key, ok := raw.Lookup(fID).StringValueOK()
-	if !ok {
-		return candidate{}, false
-	}
-	priority, _ := raw.Lookup(fPriority).AsInt64OK()
-	timeout, _ := raw.Lookup(fWorkerTimeoutMS).AsInt64OK()
-	return candidate{Key: key, id: raw.Lookup(fID), Priority: priority, WorkerTimeoutMS: timeout, raw: raw,
-		exact: taskstate.ExactCandidate(raw), contended: contendedCandidate(raw)}, true
-}
-
-// contendedCandidate says two consumers claiming the candidate at once
-// would spend a statement each on one run: a task of concurrency 1 that
-// any consumer may run. A task of higher concurrency has a run for each
-// (see choose), and one with an allow-list is for the workers it names,
-// whatever their shares.
-func contendedCandidate(raw bson.Raw) bool {
-	if conc, ok := raw.Lookup(fConcurrency).AsInt64OK(); !ok || conc != 1 {
-		return false
-	}
-	ids, ok := raw.Lookup(fWorkerIDs).ArrayOK()
-	if !ok {
-		return true
-	}
-	vals, err := ids.Values()
-	return err == nil && len(vals) == 0
-}
-
 // claimBatch claims up to k runs, from spares if it holds k fresh ones
 // (see claimchoice.go), or else from candidates read now. It reports the
 // runs won, and whether the candidates ran out (nothing else is claimable
 // now).
 func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) ([]claimed, bool, error) {
 	now := c.clock.Now()
-	chosen := st.spares.take(k, time.Now(), c.cfg.ClaimSpareFor)
+	chosen := st.spares.Take(k, time.Now(), c.cfg.ClaimSpareFor)
 	fromSpares, tried := chosen != nil, false
 	if !fromSpares {
 		var err error
@@ -112,10 +71,10 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 	for i, cd := range chosen {
 		runIDs[i] = newRunID()
 		filter := c.claimFilterOf(st, cd, now)
-		if cd.exact {
-			filter = append(filter, taskstate.AsReadFence(cd.raw)...)
+		if cd.Exact {
+			filter = append(filter, taskstate.AsReadFence(cd.Raw)...)
 		}
-		exact = exact && cd.exact
+		exact = exact && cd.Exact
 		models[i] = mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(c.claimUpdate(st, runIDs[i], now))
 	}
 	// As for a single claim, a stop does not interrupt the write.
@@ -127,8 +86,8 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 	if werr != nil || fromSpares && res.MatchedCount < int64(len(chosen)) {
 		// Spares that missed were taken by others, or changed: the rest
 		// are likely stale too. After a refusal, they may hold its task.
-		st.spares.drop()
-		st.spares.missed = st.spares.missed || fromSpares
+		st.spares.Drop()
+		st.spares.Missed = st.spares.Missed || fromSpares
 	}
 	st.lostTasks = werr == nil && res.MatchedCount < int64(len(chosen))
 	if werr == nil && exact && res.MatchedCount == int64(len(chosen)) {
@@ -170,7 +129,7 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 		// server reports them wrong and stops at the first), so the tasks
 		// not won are claimed again one by one, where a refusal names its
 		// task.
-		var rest []candidate
+		var rest []claimchoice.Candidate
 		for _, i := range notWon(runIDs, won) {
 			rest = append(rest, chosen[i])
 		}
@@ -186,7 +145,7 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 // spares. tried says every candidate read was chosen. When it leaves
 // candidates of other shares to their consumers for a moment (see
 // passOver), it says until when in st.heldUntil.
-func (c *Consumer[P, R]) chooseCandidates(ctx context.Context, st *claimState, k int, now time.Time) ([]candidate, bool, error) {
+func (c *Consumer[P, R]) chooseCandidates(ctx context.Context, st *claimState, k int, now time.Time) ([]claimchoice.Candidate, bool, error) {
 	limit := k * max(claimSpread, min(st.peers, maxClaimSpread)) // for workers to choose apart
 	if c.cfg.ClaimSpareFor > 0 {
 		limit = max(2*limit, minSpareRead)
@@ -196,17 +155,17 @@ func (c *Consumer[P, R]) chooseCandidates(ctx context.Context, st *claimState, k
 		return nil, false, err // the spares are gone already: take found too few
 	}
 	read, wait := time.Now(), c.passOverWait(st)
-	st.passOver.see(cands, st.peers, st.rank, read)
-	var passed func(candidate) bool // fewer tasks than consumers: little to collide on, none waits
+	st.passOver.See(cands, st.peers, st.rank, read)
+	var passed func(claimchoice.Candidate) bool // fewer tasks than consumers: little to collide on, none waits
 	if len(cands) >= st.peers {
-		passed = func(cd candidate) bool { return st.passOver.passed(cd, read, wait) }
+		passed = func(cd claimchoice.Candidate) bool { return st.passOver.Passed(cd, read, wait) }
 	}
-	chosen, spares, held := choose(cands, k, st.peers, st.rank, passed)
-	st.spares.keep(spares, chosen, time.Now())
+	chosen, spares, held := claimchoice.Choose(cands, k, st.peers, st.rank, passed)
+	st.spares.Keep(spares, chosen, time.Now())
 	if held {
 		// From the read: a wake before the first passes would read again
 		// for nothing.
-		st.heldUntil = c.clock.Now().Add(st.passOver.untilNext(time.Now(), wait))
+		st.heldUntil = c.clock.Now().Add(st.passOver.UntilNext(time.Now(), wait))
 	}
 	return chosen, len(chosen) == len(cands), nil
 }
@@ -229,10 +188,10 @@ const minSpareRead = 16
 
 // claimedAsRead builds the tasks as claimed from the candidates as read,
 // when every statement was fenced on its candidate's rev and matched.
-func (c *Consumer[P, R]) claimedAsRead(st *claimState, chosen []candidate, runIDs []string, now time.Time) ([]claimed, bool) {
+func (c *Consumer[P, R]) claimedAsRead(st *claimState, chosen []claimchoice.Candidate, runIDs []string, now time.Time) ([]claimed, bool) {
 	out := make([]claimed, len(chosen))
 	for i, cd := range chosen {
-		raw, err := taskstate.ClaimedAsRead(cd.raw, c.cfg.WorkerID, c.claimHolder(runIDs[i], now), now, c.claimExpiry(st, now))
+		raw, err := taskstate.ClaimedAsRead(cd.Raw, c.cfg.WorkerID, c.claimHolder(runIDs[i], now), now, c.claimExpiry(st, now))
 		if err != nil {
 			return nil, false
 		}
@@ -259,14 +218,14 @@ func notWon(runIDs []string, won []claimed) []int {
 // claimFilterOf is the claim filter on the candidate alone, as a statement
 // of a batch claim: every write of a claim names its task, by its _id as
 // read.
-func (c *Consumer[P, R]) claimFilterOf(st *claimState, cd candidate, now time.Time) bson.D {
-	return c.claimant(st, now).DueByKey(cd.id, now)
+func (c *Consumer[P, R]) claimFilterOf(st *claimState, cd claimchoice.Candidate, now time.Time) bson.D {
+	return c.claimant(st, now).DueByKey(cd.ID, now)
 }
 
 // claimEachAlone claims the candidates one at a time, after a batch the
 // server refused part of. A task whose claim is refused is set invalid,
 // naming the field; an error of another kind ends the tries.
-func (c *Consumer[P, R]) claimEachAlone(ctx context.Context, st *claimState, cands []candidate) []claimed {
+func (c *Consumer[P, R]) claimEachAlone(ctx context.Context, st *claimState, cands []claimchoice.Candidate) []claimed {
 	var out []claimed
 	for _, cd := range cands {
 		if ctx.Err() != nil {
@@ -283,7 +242,7 @@ func (c *Consumer[P, R]) claimEachAlone(ctx context.Context, st *claimState, can
 }
 
 // claimAlone claims one slot of the candidate with a write of its own.
-func (c *Consumer[P, R]) claimAlone(st *claimState, cd candidate) ([]claimed, error) {
+func (c *Consumer[P, R]) claimAlone(st *claimState, cd claimchoice.Candidate) ([]claimed, error) {
 	wctx, cancel := c.writeCtx()
 	defer cancel()
 	now, runID := c.clock.Now(), newRunID()
@@ -299,7 +258,7 @@ func (c *Consumer[P, R]) claimAlone(st *claimState, cd candidate) ([]claimed, er
 	case res.MatchedCount == 0:
 		return nil, nil
 	}
-	found, err := c.readClaims(wctx, []candidate{cd}, []string{runID}, 1)
+	found, err := c.readClaims(wctx, []claimchoice.Candidate{cd}, []string{runID}, 1)
 	if err != nil {
 		st.unconfirmed = appendBounded(st.unconfirmed, runID)
 		return nil, err
@@ -336,14 +295,14 @@ func (c *Consumer[P, R]) claimExpiry(st *claimState, now time.Time) time.Time {
 
 // candidates reads up to limit claimable tasks in claim order, in full
 // but for their runs.
-func (c *Consumer[P, R]) candidates(ctx context.Context, filter bson.D, limit int) ([]candidate, error) {
-	raws, err := findAll(ctx, c.coll, filter, claimSort, bson.D{{Key: fRuns, Value: 0}}, limit)
+func (c *Consumer[P, R]) candidates(ctx context.Context, filter bson.D, limit int) ([]claimchoice.Candidate, error) {
+	raws, err := query.FindAll(ctx, c.coll, filter, claimSort, bson.D{{Key: fRuns, Value: 0}}, limit)
 	if err != nil {
 		return nil, fmt.Errorf("mscheduler: find claimable tasks: %w", err)
 	}
-	out := make([]candidate, 0, len(raws))
+	out := make([]claimchoice.Candidate, 0, len(raws))
 	for _, raw := range raws {
-		if cd, ok := candidateOf(raw); ok {
+		if cd, ok := claimchoice.Of(raw); ok {
 			out = append(out, cd)
 		}
 	}
@@ -359,7 +318,7 @@ func (c *Consumer[P, R]) candidates(ctx context.Context, filter bson.D, limit in
 // few chosen. A run end of another run of the task may have changed the
 // status since (its failed runs exhausted, say); the count tells, and the
 // read is made again without it.
-func (c *Consumer[P, R]) readClaims(ctx context.Context, chosen []candidate, runIDs []string, matched int64) ([]claimed, error) {
+func (c *Consumer[P, R]) readClaims(ctx context.Context, chosen []claimchoice.Candidate, runIDs []string, matched int64) ([]claimed, error) {
 	if matched == 0 {
 		return nil, nil
 	}
@@ -375,16 +334,16 @@ func (c *Consumer[P, R]) readClaims(ctx context.Context, chosen []candidate, run
 }
 
 // claimsFilter selects the chosen tasks that one of runIDs claimed.
-func (c *Consumer[P, R]) claimsFilter(chosen []candidate, runIDs []string) bson.D {
+func (c *Consumer[P, R]) claimsFilter(chosen []claimchoice.Candidate, runIDs []string) bson.D {
 	keys := make(bson.A, len(chosen))
 	for i, cd := range chosen {
-		keys[i] = cd.id
+		keys[i] = cd.ID
 	}
 	return bson.D{{Key: fID, Value: op("$in", keys)}, {Key: holderPath(c.cfg.WorkerID, hRun), Value: op("$in", runIDs)}}
 }
 
 func (c *Consumer[P, R]) findClaims(ctx context.Context, filter bson.D, limit int) ([]claimed, error) {
-	raws, err := findAll(ctx, c.coll, filter, nil, bson.D{{Key: fRuns, Value: 0}}, limit)
+	raws, err := query.FindAll(ctx, c.coll, filter, nil, bson.D{{Key: fRuns, Value: 0}}, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read claimed tasks: %w", err)
 	}

@@ -14,17 +14,14 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/claimchoice"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
-// claimLease is the lease a claim stores: an update cannot read the task's
-// own worker timeout. Until the run's first ping, its lease is in effect
-// the shorter of the two: started + worker_timeout_ms, by which the worker
-// cancels its handler and after which any sweep may expire the run (a
-// holder whose lease_until is still exactly started + claimLease has
-// never pinged). The first ping comes at the task's ping interval, and no
-// later than claimLease/2.
-const claimLease = WorkerTimeoutDefault
+// claimLease is the lease a claim stores (see taskstate.ClaimLease).
+const claimLease = taskstate.ClaimLease
 
 // skipFor is how long the claim loop skips a task that it could neither
 // claim nor set invalid (both writes refused): long enough not to spin on
@@ -48,7 +45,7 @@ func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
 		// Measured again at once after a wall-clock step, whatever the
 		// pass does. Without a measure, no claim: its lease would rest on
 		// a stale clock.
-		clockErr := c.clock.ensure(ctx, c.coll.Database())
+		clockErr := c.clock.Ensure(ctx, c.coll.Database())
 		c.announceIfDue(ctx, st) // first: the sweep's interval is spread by the peers
 		c.sweepIfDue(ctx, st)
 		c.maintainIfDue(ctx, st)
@@ -137,8 +134,8 @@ type claimState struct {
 	// gatherUntil, when set, is when a claim held back for more free
 	// slots goes anyway (see gathering).
 	gatherUntil time.Time
-	spares      spareCandidates // for the next claims while work waits
-	passOver    passOver        // when candidates of other shares were first seen
+	spares      claimchoice.Spares   // for the next claims while work waits
+	passOver    claimchoice.PassOver // when candidates of other shares were first seen
 	// heldUntil, when set, is when candidates of other shares that the
 	// pass's last claim left to their consumers may be taken: the pass
 	// ends, and heldUntil brings the next look (freed slots do not, before
@@ -198,7 +195,7 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 	}
 	// At least one claim per pass, so that sweeps never starve claims.
 	wonAny := false
-	st.spares.missed = false
+	st.spares.Missed = false
 	for n := 0; n < c.cfg.Capacity && ctx.Err() == nil && (n == 0 || c.clock.Now().Before(st.sweepAt)); {
 		// Brought forward by the last claim (see viewMayBeStale), and made
 		// before slots are taken: their number is fixed from then on.
@@ -232,7 +229,7 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 			c.loopError(ctx, err)
 			return
 		case done:
-			st.spares.mixed = false // the next work may be of other tasks
+			st.spares.Mixed = false // the next work may be of other tasks
 			c.scheduleNextDue(ctx, st)
 			return
 		case !st.heldUntil.IsZero():
@@ -244,7 +241,7 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 	// other workers): then at the next poll, not in a loop. A claim from
 	// spares that missed comes back at once too, to read afresh (the
 	// spares are gone, so this does not loop either).
-	if wonAny || st.spares.missed {
+	if wonAny || st.spares.Missed {
 		c.wake()
 	}
 }
@@ -256,7 +253,7 @@ const minBatchClaim = 4
 // sparesServe says a claim of k slots, fewer than a batch fills, goes by
 // the spare candidates (see claimchoice.go).
 func (c *Consumer[P, R]) sparesServe(st *claimState, k int) bool {
-	return st.backlog && st.spares.serves(k, time.Now(), c.cfg.ClaimSpareFor)
+	return st.backlog && st.spares.Serves(k, time.Now(), c.cfg.ClaimSpareFor)
 }
 
 // takeSlots takes up to k free slots and returns how many it took.
@@ -362,7 +359,7 @@ func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (bson.Raw
 	wctx, cancel := c.writeCtx()
 	defer cancel()
 	sent := time.Now()
-	raw, err := c.caps.findOneAndUpdate(wctx, c.coll, filter, update, opts, bson.D{{Key: fRuns, Value: 0}}).Raw()
+	raw, err := c.caps.FindOneAndUpdate(wctx, c.coll, filter, update, opts, bson.D{{Key: fRuns, Value: 0}}).Raw()
 	st.claimLatency = time.Since(sent)
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
@@ -412,7 +409,7 @@ func (c *Consumer[P, R]) confirmLostClaims(ctx context.Context, st *claimState) 
 		return
 	}
 	filter := bson.D{{Key: fStatus, Value: StatusRunning}, {Key: holderPath(c.cfg.WorkerID, hRun), Value: op("$in", st.unconfirmed)}}
-	found, err := findAll(ctx, c.coll, filter, nil, bson.D{{Key: fRuns, Value: 0}}, len(st.unconfirmed))
+	found, err := query.FindAll(ctx, c.coll, filter, nil, bson.D{{Key: fRuns, Value: 0}}, len(st.unconfirmed))
 	if err != nil {
 		return // looked for again at the next pass
 	}
@@ -430,9 +427,9 @@ func (c *Consumer[P, R]) releaseLostClaim(raw bson.Raw, runID string) {
 		return
 	}
 	h := doc.Holders[c.cfg.WorkerID]
-	r := &activeRun{key: doc.Key, id: doc.RawID, runID: runID, started: h.Started, doc: doc}
-	r.leaseUntil.Store(h.LeaseUntil.UnixNano())
-	r.finished.Store(true)
+	r := &lease.Run{Key: doc.Key, ID: doc.RawID, RunID: runID, Started: h.Started, Doc: doc}
+	r.SetLease(h.LeaseUntil)
+	r.Finished.Store(true)
 	end := c.newRunEnd(r, 0)
 	end.Record.Outcome = OutcomeReleased
 	end.Record.Error = "the claim's reply was lost; released without running"
@@ -476,7 +473,7 @@ func isServerRefusal(err error) bool {
 // then on. If even that write is refused, this worker skips the task for
 // a while.
 func (c *Consumer[P, R]) refused(ctx context.Context, st *claimState, filter bson.D, cause error) {
-	st.spares.drop() // they may hold the task, to be set invalid or skipped
+	st.spares.Drop() // they may hold the task, to be set invalid or skipped
 	raw, err := c.coll.FindOne(ctx, filter, options.FindOne().SetSort(claimSort)).Raw()
 	if err != nil {
 		c.loopError(ctx, fmt.Errorf("mscheduler: claim refused (%v), and the task could not be identified: %w", cause, err))
@@ -632,4 +629,13 @@ func (h *dueHeap) popDue(now time.Time) {
 	for len(*h) > 0 && !(*h)[0].After(now) {
 		heap.Pop(h)
 	}
+}
+
+func minTime(first time.Time, rest ...time.Time) time.Time {
+	for _, t := range rest {
+		if t.Before(first) {
+			first = t
+		}
+	}
+	return first
 }

@@ -18,6 +18,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/history"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
 )
 
 // Handler executes one run of a task. It returns the run's result, stored in
@@ -413,9 +417,9 @@ type Consumer[P, R any] struct {
 	// backlog is the claim loop's claimState.backlog, for the historian.
 	backlog atomic.Bool
 	running sync.WaitGroup // run goroutines
-	pinger  *pinger
-	ends    *endBatcher // nil when run ends are written alone
-	history *historian
+	pinger  *lease.Pinger
+	ends    *runend.Batcher // nil when run ends are written alone
+	history *history.Historian
 	wakeCh  chan struct{} // buffered 1: something may have become claimable
 	// slotFreed, buffered 1: a run is over, its slot free (see
 	// slotFreedWake).
@@ -481,14 +485,21 @@ func NewConsumer[P, R any](coll *mongo.Collection, handler Handler[P, R], cfg *C
 		wakeCh:    make(chan struct{}, 1),
 		slotFreed: make(chan struct{}, 1),
 	}
-	con.pinger = newPinger(con.coll, c.WorkerID, c.Groups, con.clock, con.emit, con.log, &con.caps, c.PingBatchMax)
+	con.pinger = lease.New(con.coll, c.WorkerID, c.Groups, con.clock, lease.Notify{
+		Renewed:    func(r *lease.Run) { con.emit(Event{Kind: EventRenewed, Key: r.Key, RunID: r.RunID}) },
+		PingFailed: func(r *lease.Run, err error) { con.emit(Event{Kind: EventError, Key: r.Key, RunID: r.RunID, Err: err}) },
+	}, lease.Causes{Cancelled: ErrCancelled, Revoked: ErrRevoked, LeaseLost: ErrLeaseLost}, con.log, &con.caps, c.PingBatchMax)
 	if c.EndBatchMax > 1 {
-		con.ends = newEndBatcher(con.coll, c.WorkerID, c.EndBatchMax, c.EndBatchWindow, c.WriteTimeout, con.Running)
+		con.ends = runend.NewBatcher(con.coll, c.WorkerID, c.EndBatchMax, c.EndBatchWindow, c.WriteTimeout, con.Running)
 	}
-	con.history = newHistorian(con.coll, c.Retention, c.WriteTimeout, con.log, func(err error) {
+	var carrier history.Carrier // not a nil *runend.Batcher: that is no nil Carrier
+	if con.ends != nil {
+		carrier = con.ends
+	}
+	con.history = history.NewHistorian(con.coll, c.Retention.policy(), c.WriteTimeout, con.log, func(err error) {
 		con.log.Warn("run history not written yet; the maintenance pass will", "error", err)
 		con.emit(Event{Kind: EventError, Err: err})
-	}, con.ends, con.busy)
+	}, carrier, con.busy)
 	return con, nil
 }
 
@@ -517,7 +528,7 @@ func (c *Consumer[P, R]) Start(ctx context.Context) error {
 	case c.started:
 		return errors.New("mscheduler: consumer already started")
 	}
-	if err := c.clock.ensure(ctx, c.coll.Database()); err != nil {
+	if err := c.clock.Ensure(ctx, c.coll.Database()); err != nil {
 		return err
 	}
 	if err := ensureSchema(ctx, c.coll); err != nil {
@@ -540,12 +551,12 @@ func (c *Consumer[P, R]) Start(ctx context.Context) error {
 	c.started = true
 	c.unsubscribe = local.addConsumer(namespaceOf(c.coll), &localConsumer{wake: c.wakeCh, cancel: c.cancelRuns})
 	c.loops.Add(3)
-	go func() { defer c.loops.Done(); c.pinger.loop(c.pingCtx) }()
-	go func() { defer c.loops.Done(); c.history.loop(histCtx) }()
+	go func() { defer c.loops.Done(); c.pinger.Loop(c.pingCtx) }()
+	go func() { defer c.loops.Done(); c.history.Loop(histCtx) }()
 	go func() { defer c.loops.Done(); c.claimLoop(c.fetchCtx) }()
 	if c.ends != nil {
 		c.loops.Add(1)
-		go func() { defer c.loops.Done(); c.ends.loop(c.endCtx) }()
+		go func() { defer c.loops.Done(); c.ends.Loop(c.endCtx) }()
 	}
 	if stream != nil {
 		c.loops.Add(1)
@@ -621,9 +632,7 @@ func (c *Consumer[P, R]) awaitRuns(limit time.Duration) {
 
 // Running is the number of runs this consumer holds now.
 func (c *Consumer[P, R]) Running() int {
-	c.pinger.mu.Lock()
-	defer c.pinger.mu.Unlock()
-	return len(c.pinger.runs)
+	return c.pinger.Len()
 }
 
 // Capacity is the most runs this consumer holds at once.
@@ -632,9 +641,9 @@ func (c *Consumer[P, R]) Capacity() int { return c.cfg.Capacity }
 // cancelRuns cancels this consumer's runs of the task key (it was
 // cancelled); their ends are recorded as cancelled.
 func (c *Consumer[P, R]) cancelRuns(key string) {
-	for _, r := range c.pinger.snapshot() {
-		if r.key == key {
-			cancelRun(r)
+	for _, r := range c.pinger.Snapshot() {
+		if r.Key == key {
+			lease.CancelRun(r, ErrCancelled)
 		}
 	}
 }

@@ -124,7 +124,7 @@ func needs(fields ...string) func(string) bool {
 // field the action needs that does not decode refuses the action, naming
 // the field; the others do not matter to it.
 func (p *Producer[P]) read(ctx context.Context, key, verb string, need func(string) bool) (*readTask, error) {
-	if err := p.clock.ensure(ctx, p.coll.Database()); err != nil {
+	if err := p.clock.Ensure(ctx, p.coll.Database()); err != nil {
 		return nil, err
 	}
 	if err := p.checkSchema(ctx); err != nil {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
 )
 
 // timeoutError is the cause of a handler context cancelled by the task's
@@ -28,7 +30,7 @@ const (
 // context by TimeoutGrace is abandoned: its goroutine is left behind,
 // counted by [Consumer.Abandoned] until it returns, and what it returns is
 // dropped; the attempt then fails for good (no retry).
-func (c *Consumer[P, R]) attempt(ctx context.Context, r *activeRun, task *Task[P], timeout time.Duration) (R, error) {
+func (c *Consumer[P, R]) attempt(ctx context.Context, r *lease.Run, task *Task[P], timeout time.Duration) (R, error) {
 	actx, cancel := context.WithTimeoutCause(ctx, timeout, &timeoutError{after: timeout})
 	defer cancel()
 	type outcome struct {
@@ -42,7 +44,7 @@ func (c *Consumer[P, R]) attempt(ctx context.Context, r *activeRun, task *Task[P
 		done <- outcome{result, err}
 		if !state.CompareAndSwap(attemptRunning, attemptReturned) {
 			c.abandoned.Add(-1)
-			c.log.Warn("abandoned handler returned at last; its result is dropped", "key", r.key, "run_id", r.runID)
+			c.log.Warn("abandoned handler returned at last; its result is dropped", "key", r.Key, "run_id", r.RunID)
 		}
 	}()
 	var o outcome
@@ -57,8 +59,8 @@ func (c *Consumer[P, R]) attempt(ctx context.Context, r *activeRun, task *Task[P
 			if state.CompareAndSwap(attemptRunning, attemptAbandoned) {
 				c.abandoned.Add(1)
 				err := fmt.Errorf("%w; it ignored its context for %s and was abandoned", context.Cause(actx), c.cfg.TimeoutGrace)
-				c.log.Error("handler ignores its context; abandoned, its goroutine is left running", "key", r.key, "run_id", r.runID, "error", err)
-				c.emit(Event{Kind: EventAbandoned, Key: r.key, RunID: r.runID, Err: err})
+				c.log.Error("handler ignores its context; abandoned, its goroutine is left running", "key", r.Key, "run_id", r.RunID, "error", err)
+				c.emit(Event{Kind: EventAbandoned, Key: r.Key, RunID: r.RunID, Err: err})
 				var zero R
 				return zero, SkipRetry(err)
 			}

@@ -11,6 +11,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
@@ -20,21 +22,21 @@ import (
 func (c *Consumer[P, R]) startRun(doc *taskDoc, task *Task[P], claimLatency time.Duration) {
 	h := doc.Holders[c.cfg.WorkerID]
 	ctx, cancel := context.WithCancelCause(c.workCtx)
-	r := &activeRun{
-		key:           doc.Key,
-		id:            doc.RawID,
-		runID:         h.Run,
-		started:       h.Started,
-		cancel:        cancel,
-		soleHolder:    doc.Running == 1,
-		pingInterval:  fromMS(doc.PingIntervalMS),
-		workerTimeout: fromMS(doc.WorkerTimeoutMS),
-		doc:           doc,
+	r := &lease.Run{
+		Key:           doc.Key,
+		ID:            doc.RawID,
+		RunID:         h.Run,
+		Started:       h.Started,
+		Cancel:        cancel,
+		SoleHolder:    doc.Running == 1,
+		PingInterval:  fromMS(doc.PingIntervalMS),
+		WorkerTimeout: fromMS(doc.WorkerTimeoutMS),
+		Doc:           doc,
 	}
-	r.leaseUntil.Store(effectiveLease(h, fromMS(doc.WorkerTimeoutMS)).UnixNano())
-	c.emit(Event{Kind: EventClaimed, Key: r.key, RunID: r.runID, Planned: ptrTime(doc.Planned()), Latency: claimLatency})
-	c.log.Debug("claimed", "key", r.key, "run_id", r.runID)
-	c.pinger.add(r)
+	r.SetLease(effectiveLease(h, fromMS(doc.WorkerTimeoutMS)))
+	c.emit(Event{Kind: EventClaimed, Key: r.Key, RunID: r.RunID, Planned: ptrTime(doc.Planned()), Latency: claimLatency})
+	c.log.Debug("claimed", "key", r.Key, "run_id", r.RunID)
+	c.pinger.Add(r)
 	c.running.Add(1)
 	go func() {
 		defer c.running.Done()
@@ -49,14 +51,14 @@ func (c *Consumer[P, R]) startRun(doc *taskDoc, task *Task[P], claimLatency time
 
 // execute runs the handler with local retries and writes the run's end.
 // The pinger keeps the run's lease until the end is written.
-func (c *Consumer[P, R]) execute(ctx context.Context, r *activeRun, task *Task[P]) {
-	defer c.pinger.remove(r)
-	result, err, attempts := c.callWithRetries(ctx, r, task, r.doc)
-	if r.lost.Load() {
-		c.emit(Event{Kind: EventLeaseLost, Key: r.key, RunID: r.runID, Attempt: attempts, Err: context.Cause(ctx)})
+func (c *Consumer[P, R]) execute(ctx context.Context, r *lease.Run, task *Task[P]) {
+	defer c.pinger.Remove(r)
+	result, err, attempts := c.callWithRetries(ctx, r, task, r.Doc)
+	if r.Lost.Load() {
+		c.emit(Event{Kind: EventLeaseLost, Key: r.Key, RunID: r.RunID, Attempt: attempts, Err: context.Cause(ctx)})
 		return
 	}
-	if !r.finished.CompareAndSwap(false, true) {
+	if !r.Finished.CompareAndSwap(false, true) {
 		return // Stop released the run after giving up on its handler
 	}
 	end := c.newRunEnd(r, attempts)
@@ -81,7 +83,7 @@ func (c *Consumer[P, R]) execute(ctx context.Context, r *activeRun, task *Task[P
 		end.Record.Outcome = OutcomeFailed
 		end.Record.Error = c.capError(err.Error())
 	}
-	r.ending = true
+	r.Ending = true
 	c.ending.Add(1)
 	c.writeEnd(r, end)
 }
@@ -99,9 +101,9 @@ func (c *Consumer[P, R]) slotFreedWake() {
 // releaseRunSlot frees the slot of a run that is over. A run that was
 // ending stops counting as such only once its slot is free, so that a
 // claim held back for ending runs finds their slots when none are left.
-func (c *Consumer[P, R]) releaseRunSlot(r *activeRun) {
+func (c *Consumer[P, R]) releaseRunSlot(r *lease.Run) {
 	c.releaseSlots(1)
-	if r.ending {
+	if r.Ending {
 		c.ending.Add(-1)
 	}
 }
@@ -135,15 +137,15 @@ func cutText(text string, limit int) string {
 	return text[:cut] + note
 }
 
-func (c *Consumer[P, R]) newRunEnd(r *activeRun, attempts int) *runEnd {
-	now, doc := c.clock.Now(), r.doc
-	return &runEnd{key: r.key, End: taskstate.End{
-		ID:       r.id,
+func (c *Consumer[P, R]) newRunEnd(r *lease.Run, attempts int) *runend.End {
+	now, doc := c.clock.Now(), r.Doc
+	return &runend.End{Key: r.Key, End: taskstate.End{
+		ID:       r.ID,
 		WorkerID: c.cfg.WorkerID,
-		Fence:    taskstate.RunFence(r.id, c.cfg.WorkerID, r.runID),
+		Fence:    taskstate.RunFence(r.ID, c.cfg.WorkerID, r.RunID),
 		Record: runRecord{
-			RunID: r.runID, WorkerID: c.cfg.WorkerID, Started: r.started,
-			LeaseUntil: r.lease(), Finished: now, Attempts: attempts, Planned: doc.Planned(),
+			RunID: r.RunID, WorkerID: c.cfg.WorkerID, Started: r.Started,
+			LeaseUntil: r.Lease(), Finished: now, Attempts: attempts, Planned: doc.Planned(),
 		},
 		Distinct:      doc.DistinctWorkers,
 		MaxFailedRuns: doc.MaxFailedRuns,
@@ -152,7 +154,7 @@ func (c *Consumer[P, R]) newRunEnd(r *activeRun, attempts int) *runEnd {
 		RunsKept:      c.cfg.RunsKept,
 		Retention:     c.cfg.Retention.policy(),
 		Seen:          taskstate.Seen{Status: doc.Status, Running: doc.Running, Free: doc.Free, FailedRuns: doc.FailedRuns},
-		Advance:       newPlanAdvance(doc, r.started, now),
+		Advance:       newPlanAdvance(doc, r.Started, now),
 	}}
 }
 
@@ -167,45 +169,45 @@ const endWriteTries = 5
 // field. A write that keeps failing otherwise is given up when the lease
 // lapses or after endWriteTries: the lease then lapses, and another worker
 // records the run as expired (at least once, never lost).
-func (c *Consumer[P, R]) writeEnd(r *activeRun, end *runEnd) {
+func (c *Consumer[P, R]) writeEnd(r *lease.Run, end *runend.End) {
 	var err error
 	sent := time.Now()
 	for try := 1; ; try++ {
-		err = errWriteAlone
+		err = runend.ErrWriteAlone
 		if try == 1 && c.ends != nil {
-			err = c.ends.write(end)
+			err = c.ends.Write(end)
 		}
-		if errors.Is(err, errWriteAlone) {
+		if errors.Is(err, runend.ErrWriteAlone) {
 			ctx, cancel := context.WithTimeout(c.endCtx, c.cfg.WriteTimeout)
-			err = end.write(ctx, c.coll)
+			err = end.Write(ctx, c.coll)
 			cancel()
 		}
-		if err == nil || errors.Is(err, errRunGone) || unwritable(err) || try == endWriteTries || c.pinger.lapsed(r) || c.endCtx.Err() != nil {
+		if err == nil || errors.Is(err, runend.ErrGone) || runend.Unwritable(err) || try == endWriteTries || c.pinger.Lapsed(r) || c.endCtx.Err() != nil {
 			break
 		}
-		c.log.Warn("could not write run end; trying again while the lease is kept", "key", r.key, "run_id", r.runID, "try", try, "error", err)
+		c.log.Warn("could not write run end; trying again while the lease is kept", "key", r.Key, "run_id", r.RunID, "try", try, "error", err)
 		select {
 		case <-time.After(backoff(endRetryDelay, try)):
 		case <-c.endCtx.Done():
 		}
 	}
-	ev := Event{Key: r.key, RunID: r.runID, Attempt: end.Record.Attempts, Planned: ptrTime(end.Record.Planned),
+	ev := Event{Key: r.Key, RunID: r.RunID, Attempt: end.Record.Attempts, Planned: ptrTime(end.Record.Planned),
 		Duration: end.Record.Finished.Sub(end.Record.Started), Latency: time.Since(sent)}
 	switch {
 	case err == nil:
-		c.history.add(r.key, end.Record)
-		local.ended(namespaceOf(c.coll), r.key)
+		c.history.Add(r.Key, end.Record)
+		local.ended(namespaceOf(c.coll), r.Key)
 		c.reportEnd(r, end, ev)
 		return
-	case errors.Is(err, errRunGone):
+	case errors.Is(err, runend.ErrGone):
 		ev.Kind, ev.Err = EventLeaseLost, ErrLeaseLost
-		c.log.Warn("run was taken over before its end was written; result dropped", "key", r.key, "run_id", r.runID)
-	case unwritable(err):
+		c.log.Warn("run was taken over before its end was written; result dropped", "key", r.Key, "run_id", r.RunID)
+	case runend.Unwritable(err):
 		c.endUnwritable(r, end, err)
 		return
 	default:
 		ev.Kind, ev.Err = EventError, err
-		c.log.Error("could not write run end; its lease will lapse and another worker will record it as expired", "key", r.key, "run_id", r.runID, "error", err)
+		c.log.Error("could not write run end; its lease will lapse and another worker will record it as expired", "key", r.Key, "run_id", r.RunID, "error", err)
 	}
 	c.emit(ev)
 }
@@ -213,7 +215,7 @@ func (c *Consumer[P, R]) writeEnd(r *activeRun, end *runEnd) {
 // endRetryDelay is the first pause before a run end is tried again.
 const endRetryDelay = 100 * time.Millisecond
 
-func (c *Consumer[P, R]) reportEnd(r *activeRun, end *runEnd, ev Event) {
+func (c *Consumer[P, R]) reportEnd(r *lease.Run, end *runend.End, ev Event) {
 	ev.Kind = map[Outcome]EventKind{
 		OutcomeSucceeded: EventSucceeded, OutcomeFailed: EventFailed, OutcomeReleased: EventReleased, OutcomeRevoked: EventRevoked,
 		OutcomeCancelled: EventCancelled,
@@ -222,9 +224,9 @@ func (c *Consumer[P, R]) reportEnd(r *activeRun, end *runEnd, ev Event) {
 		ev.Err = errors.New(end.Record.Error)
 	}
 	if end.Record.Outcome == OutcomeFailed {
-		c.log.Warn("run failed", "key", r.key, "run_id", r.runID, "attempts", end.Record.Attempts, "error", end.Record.Error)
+		c.log.Warn("run failed", "key", r.Key, "run_id", r.RunID, "attempts", end.Record.Attempts, "error", end.Record.Error)
 	} else {
-		c.log.Info("run "+string(end.Record.Outcome), "key", r.key, "run_id", r.runID, "attempts", end.Record.Attempts)
+		c.log.Info("run "+string(end.Record.Outcome), "key", r.Key, "run_id", r.RunID, "attempts", end.Record.Attempts)
 	}
 	c.emit(ev)
 }
@@ -232,12 +234,12 @@ func (c *Consumer[P, R]) reportEnd(r *activeRun, end *runEnd, ev Event) {
 // endUnwritable ends a run whose end the server refused because of the
 // stored document: the minimal fenced write removes the run's holder entry
 // and sets the task invalid, keeping the run's record in the reason.
-func (c *Consumer[P, R]) endUnwritable(r *activeRun, end *runEnd, cause error) {
+func (c *Consumer[P, R]) endUnwritable(r *lease.Run, end *runend.End, cause error) {
 	ctx, cancel := context.WithTimeout(c.endCtx, c.cfg.WriteTimeout)
 	defer cancel()
 	raw, prob := problemOf(ctx, c.coll, end.Fence, cause)
 	if raw == nil {
-		c.emit(Event{Kind: EventLeaseLost, Key: r.key, RunID: r.runID, Err: ErrLeaseLost})
+		c.emit(Event{Kind: EventLeaseLost, Key: r.Key, RunID: r.RunID, Err: ErrLeaseLost})
 		return
 	}
 	rec := end.Record
@@ -246,31 +248,31 @@ func (c *Consumer[P, R]) endUnwritable(r *activeRun, end *runEnd, cause error) {
 	q := newQuarantine(raw, prob, taskstate.FoundAtRunEnd).ending(end.WorkerID, rec.RunID, &rec, time.Time{})
 	ok, err := c.quarantine(ctx, q)
 	if ok {
-		c.history.add(r.key, rec)
-		local.ended(namespaceOf(c.coll), r.key)
+		c.history.Add(r.Key, rec)
+		local.ended(namespaceOf(c.coll), r.Key)
 	}
 	switch {
 	case err != nil:
-		c.log.Error("run end refused, and so was setting the task invalid; its lease will lapse", "key", r.key, "run_id", r.runID, "refused", cause, "error", err)
-		c.emit(Event{Kind: EventError, Key: r.key, RunID: r.runID, Err: err})
+		c.log.Error("run end refused, and so was setting the task invalid; its lease will lapse", "key", r.Key, "run_id", r.RunID, "refused", cause, "error", err)
+		c.emit(Event{Kind: EventError, Key: r.Key, RunID: r.RunID, Err: err})
 	case !ok:
-		c.emit(Event{Kind: EventLeaseLost, Key: r.key, RunID: r.runID, Err: ErrLeaseLost})
+		c.emit(Event{Kind: EventLeaseLost, Key: r.Key, RunID: r.RunID, Err: ErrLeaseLost})
 	}
 }
 
 // callWithRetries calls the handler until it succeeds, its error is final,
 // its local retries are spent, or its context ends.
-func (c *Consumer[P, R]) callWithRetries(ctx context.Context, r *activeRun, task *Task[P], doc *taskDoc) (R, error, int) {
+func (c *Consumer[P, R]) callWithRetries(ctx context.Context, r *lease.Run, task *Task[P], doc *taskDoc) (R, error, int) {
 	retries := max(doc.MaxRetries, 0)
 	for attempt := 1; ; attempt++ {
 		task.Run.Attempt = attempt
-		r.attempt.Store(int32(attempt))
+		r.Attempt.Store(int32(attempt))
 		result, err := c.attempt(ctx, r, task, c.timeout(doc))
 		if err == nil || ctx.Err() != nil || isSkipRetry(err) || attempt > retries {
 			return result, err, attempt
 		}
-		c.emit(Event{Kind: EventRetried, Key: r.key, RunID: r.runID, Attempt: attempt, Err: err})
-		c.log.Info("handler failed; retrying locally", "key", r.key, "run_id", r.runID, "attempt", attempt, "error", err)
+		c.emit(Event{Kind: EventRetried, Key: r.Key, RunID: r.RunID, Attempt: attempt, Err: err})
+		c.log.Info("handler failed; retrying locally", "key", r.Key, "run_id", r.RunID, "attempt", attempt, "error", err)
 		select {
 		case <-ctx.Done():
 			return result, err, attempt
@@ -351,16 +353,16 @@ func decodeTask[P any](doc *taskDoc) (*Task[P], error) {
 // context past ReleaseTimeout. Their goroutines are left behind; whatever
 // they return later is not written.
 func (c *Consumer[P, R]) releaseAbandoned() {
-	for _, r := range c.pinger.snapshot() {
-		if !r.finished.CompareAndSwap(false, true) {
+	for _, r := range c.pinger.Snapshot() {
+		if !r.Finished.CompareAndSwap(false, true) {
 			continue
 		}
-		c.log.Error("handler ignored cancellation; run released and goroutine abandoned", "key", r.key, "run_id", r.runID)
+		c.log.Error("handler ignored cancellation; run released and goroutine abandoned", "key", r.Key, "run_id", r.RunID)
 		end := c.newRunEnd(r, 0)
 		end.Record.Outcome = OutcomeReleased
 		end.Record.Error = fmt.Sprintf("handler did not return within %s of shutdown; abandoned", c.cfg.ReleaseTimeout)
 		c.writeEnd(r, end)
-		c.pinger.remove(r)
+		c.pinger.Remove(r)
 	}
 }
 

@@ -11,6 +11,9 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
 )
 
 // Worker drives one consumer's machinery a step at a time, with no
@@ -21,7 +24,7 @@ import (
 type Worker struct {
 	c    *Consumer[map[string]any, struct{}]
 	st   *claimState
-	runs map[string]*activeRun // by run id
+	runs map[string]*lease.Run // by run id
 }
 
 // WorkerRun is a run a Worker holds.
@@ -43,24 +46,22 @@ func NewWorker(ctx context.Context, coll *mongo.Collection, id string, wall func
 		return nil, err
 	}
 	c.endCtx, c.workCtx = context.Background(), context.Background()
-	if err := c.clock.ensure(ctx, coll.Database()); err != nil {
+	if err := c.clock.Ensure(ctx, coll.Database()); err != nil {
 		return nil, err
 	}
 	// One consumer among one: its batch claims take candidates in claim
 	// order, not from a random place, so that a sequence replays.
-	return &Worker{c: c, st: &claimState{peers: 1}, runs: map[string]*activeRun{}}, nil
+	return &Worker{c: c, st: &claimState{peers: 1}, runs: map[string]*lease.Run{}}, nil
 }
 
 // ShareClock makes w and the producer p read the server's time as like
 // does, from one measurement: the test's model then has one time.
 func ShareClock[P any](like *Worker, p *Producer[P], ws ...*Worker) {
-	base := like.c.clock.base.Load()
 	for _, w := range ws {
-		w.c.clock.base.Store(base)
+		w.c.clock.Share(like.c.clock)
 	}
 	if p != nil {
-		p.clock.mono, p.clock.wall, p.clock.interval = like.c.clock.mono, like.c.clock.wall, like.c.clock.interval
-		p.clock.base.Store(base)
+		p.clock.Share(like.c.clock)
 	}
 }
 
@@ -104,18 +105,18 @@ func (w *Worker) admit(raw bson.Raw, runID string) *WorkerRun {
 		return nil
 	}
 	h := doc.Holders[w.c.cfg.WorkerID]
-	r := &activeRun{key: doc.Key, id: doc.RawID, runID: h.Run, started: h.Started, doc: doc, soleHolder: doc.Running == 1,
-		pingInterval: fromMS(doc.PingIntervalMS), workerTimeout: fromMS(doc.WorkerTimeoutMS)}
-	r.leaseUntil.Store(effectiveLease(h, fromMS(doc.WorkerTimeoutMS)).UnixNano())
-	w.runs[r.runID] = r
-	return &WorkerRun{Key: r.key, RunID: r.runID, Lease: r.lease()}
+	r := &lease.Run{Key: doc.Key, ID: doc.RawID, RunID: h.Run, Started: h.Started, Doc: doc, SoleHolder: doc.Running == 1,
+		PingInterval: fromMS(doc.PingIntervalMS), WorkerTimeout: fromMS(doc.WorkerTimeoutMS)}
+	r.SetLease(effectiveLease(h, fromMS(doc.WorkerTimeoutMS)))
+	w.runs[r.RunID] = r
+	return &WorkerRun{Key: r.Key, RunID: r.RunID, Lease: r.Lease()}
 }
 
 // Runs are the runs the worker holds, as it knows them.
 func (w *Worker) Runs() []WorkerRun {
 	out := make([]WorkerRun, 0, len(w.runs))
 	for _, r := range w.runs {
-		out = append(out, WorkerRun{Key: r.key, RunID: r.runID, Lease: r.lease()})
+		out = append(out, WorkerRun{Key: r.Key, RunID: r.RunID, Lease: r.Lease()})
 	}
 	return out
 }
@@ -130,11 +131,11 @@ func (w *Worker) End(ctx context.Context, runID string, outcome Outcome) error {
 	}
 	delete(w.runs, runID)
 	end := w.endOf(r, outcome)
-	err := end.write(ctx, w.c.coll)
+	err := end.Write(ctx, w.c.coll)
 	switch {
-	case errors.Is(err, errRunGone):
+	case errors.Is(err, runend.ErrGone):
 		return ErrLeaseLost
-	case unwritable(err):
+	case runend.Unwritable(err):
 		w.c.endUnwritable(r, end, err)
 		return nil
 	}
@@ -144,29 +145,23 @@ func (w *Worker) End(ctx context.Context, runID string, outcome Outcome) error {
 // EndTogether writes the ends of several runs of the worker in one batch,
 // as the run-end batcher does; it returns the error of each run's end.
 func (w *Worker) EndTogether(ctx context.Context, runIDs []string, outcomes []Outcome) []error {
-	b := newEndBatcher(w.c.coll, w.c.cfg.WorkerID, 64, 0, WriteTimeoutDefault, func() int { return len(w.runs) })
-	batch := make([]*endRequest, len(runIDs))
+	b := runend.NewBatcher(w.c.coll, w.c.cfg.WorkerID, 64, 0, WriteTimeoutDefault, func() int { return len(w.runs) })
+	ends := make([]*runend.End, len(runIDs))
 	for i, id := range runIDs {
 		r := w.runs[id]
 		delete(w.runs, id)
-		batch[i] = &endRequest{end: w.endOf(r, outcomes[i]), reply: make(chan error, 1)}
+		ends[i] = w.endOf(r, outcomes[i])
 	}
-	b.flush(ctx, batch)
-	out := make([]error, len(batch))
-	for i, req := range batch {
-		err := <-req.reply
-		if errors.Is(err, errWriteAlone) {
-			err = req.end.write(ctx, w.c.coll)
+	out := b.WriteTogether(ctx, ends)
+	for i, err := range out {
+		if errors.Is(err, runend.ErrGone) {
+			out[i] = ErrLeaseLost
 		}
-		if errors.Is(err, errRunGone) {
-			err = ErrLeaseLost
-		}
-		out[i] = err
 	}
 	return out
 }
 
-func (w *Worker) endOf(r *activeRun, outcome Outcome) *runEnd {
+func (w *Worker) endOf(r *lease.Run, outcome Outcome) *runend.End {
 	end := w.c.newRunEnd(r, 1)
 	end.Record.Outcome = outcome
 	if outcome != OutcomeSucceeded {
@@ -182,8 +177,8 @@ func (w *Worker) Ping(ctx context.Context, runID string) (bool, error) {
 	if !ok {
 		return false, fmt.Errorf("no run %s", runID)
 	}
-	lease := w.Now().Add(r.workerTimeout)
-	reply, err := w.c.pinger.renew(ctx, r, lease, 1, r.soleHolder)
+	lease := w.Now().Add(r.WorkerTimeout)
+	reply, err := w.c.pinger.Renew(ctx, r, lease, 1, r.SoleHolder)
 	if err != nil {
 		return false, err
 	}
@@ -191,8 +186,8 @@ func (w *Worker) Ping(ctx context.Context, runID string) (bool, error) {
 		delete(w.runs, runID)
 		return false, nil
 	}
-	r.leaseUntil.Store(lease.UnixNano())
-	r.soleHolder = reply.Running == 1
+	r.SetLease(lease)
+	r.SoleHolder = reply.Running == 1
 	return true, nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/claimchoice"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/history"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
@@ -148,7 +150,7 @@ func ClaimBothWays(ctx context.Context, coll *mongo.Collection, key string) (ser
 	st := &claimState{}
 	st.leases.observe(3 * time.Second)
 	now, runID := time.Now(), newRunID()
-	cd, _ := candidateOf(before)
+	cd, _ := claimchoice.Of(before)
 	filter := append(c.claimFilterOf(st, cd, now), bson.E{Key: fRev, Value: before.Lookup(fRev)})
 	res, err := coll.UpdateOne(ctx, filter, c.claimUpdate(st, runID, now))
 	if err != nil {
@@ -170,9 +172,9 @@ func ClaimBothWays(ctx context.Context, coll *mongo.Collection, key string) (ser
 // matched, and returns the keys and run ids found.
 func ReadClaims(ctx context.Context, coll *mongo.Collection, keys, runIDs []string, matched int64) (map[string]string, error) {
 	c := &Consumer[any, any]{cfg: &ConsumerConfig{WorkerID: "w"}, coll: coll}
-	chosen := make([]candidate, len(keys))
+	chosen := make([]claimchoice.Candidate, len(keys))
 	for i, key := range keys {
-		chosen[i] = candidate{Key: key, id: taskstate.KeyID(key)}
+		chosen[i] = claimchoice.Candidate{Key: key, ID: taskstate.KeyID(key)}
 	}
 	won, err := c.readClaims(ctx, chosen, runIDs, matched)
 	out := map[string]string{}
@@ -188,9 +190,7 @@ func CarriedPulls[P, R any](c *Consumer[P, R]) int {
 	if c.ends == nil {
 		return 0
 	}
-	c.ends.carriedMu.Lock()
-	defer c.ends.carriedMu.Unlock()
-	return len(c.ends.carried)
+	return c.ends.Carried()
 }
 
 // SendPullsFor removes the history marks of one run of each key, as the
@@ -200,20 +200,11 @@ func SendPullsFor(ctx context.Context, coll *mongo.Collection, keys []string) er
 	for _, key := range keys {
 		logged[key] = []string{"run-of-" + key}
 	}
-	return sendPulls(ctx, coll, pullStatements(logged))
-}
-
-// CarriedTaken is how many of carried statements a batch of ends run
-// ends of a batcher of maxBatch takes with it, and how many it leaves.
-func CarriedTaken(maxBatch, ends, carried int) (taken, left int) {
-	b := &endBatcher{max: maxBatch}
-	b.carry(make([]mongo.WriteModel, carried))
-	taken = len(b.takeRiders(ends))
-	return taken, len(b.takeCarried())
+	return history.SendPulls(ctx, coll, history.Pulls(logged))
 }
 
 // ShareOf is the share among peers that a task key falls in (see choose).
-func ShareOf(key string, peers int) int { return shareOf(key, peers) }
+func ShareOf(key string, peers int) int { return claimchoice.ShareOf(key, peers) }
 
 // PassOverMin is the least a consumer leaves a task of another share to
 // its own consumer; ReannounceGap bounds how often lost tasks bring an

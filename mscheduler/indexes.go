@@ -9,6 +9,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/history"
 )
 
 // indexModels are the indexes the library's queries need, each named for
@@ -98,11 +100,11 @@ func EnsureIndexes(ctx context.Context, coll *mongo.Collection) error {
 	if err := dropRetiredIndexes(ctx, coll); err != nil {
 		return fmt.Errorf("mscheduler: drop retired indexes of %s: %w", coll.Name(), err)
 	}
-	history := historyCollection(coll)
+	runs := historyCollection(coll)
 	for _, c := range []struct {
 		coll   *mongo.Collection
 		models []mongo.IndexModel
-	}{{coll, indexModels()}, {history, historyIndexModels()}} {
+	}{{coll, indexModels()}, {runs, history.IndexModels()}} {
 		for _, m := range c.models {
 			if _, err := c.coll.Indexes().CreateOne(ctx, m); err != nil {
 				return fmt.Errorf("mscheduler: create indexes on %s: %w", c.coll.Name(), err)

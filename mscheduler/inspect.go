@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // TaskInfo is a task as stored: its parameters and options, and where it
@@ -206,6 +208,14 @@ func (p *Producer[P]) List(ctx context.Context, opts ListOpts) ([]TaskInfo[P], e
 	var byKey bson.D
 	switch {
 	case opts.After == "":
+	case opts.Sort == SortByKey && opts.KeyPrefix == "":
+		// Past the key in the order of _id values of every type: a copy of
+		// a task made by hand may have an ObjectId _id, listed under it.
+		var or bson.A
+		for _, cond := range beyond(sortKey{field: fID}, keyValue(opts.After)) {
+			or = append(or, bson.D{cond})
+		}
+		filter = append(filter, bson.E{Key: "$or", Value: or})
 	case opts.Sort == SortByKey:
 		byKey = append(byKey, bson.E{Key: "$gt", Value: opts.After})
 	default:
@@ -239,6 +249,21 @@ func (p *Producer[P]) List(ctx context.Context, opts ListOpts) ([]TaskInfo[P], e
 		out = append(out, *newTaskInfo[P](raw, p.clock.Now()))
 	}
 	return out, nil
+}
+
+// keyValue is the _id a key given as List's After names: the key itself,
+// or, for a document whose _id is not a string, the value its key shows
+// (extended JSON, as TaskInfo's key of such a document is written).
+func keyValue(key string) bson.RawValue {
+	if strings.HasPrefix(key, "{") {
+		var v struct {
+			V bson.RawValue `bson:"v"`
+		}
+		if err := bson.UnmarshalExtJSON([]byte(`{"v":`+key+`}`), true, &v); err == nil && v.V.Type != bson.TypeString {
+			return v.V
+		}
+	}
+	return taskstate.KeyID(key)
 }
 
 // newTaskInfo reads a stored task for Get and List. It never fails: a

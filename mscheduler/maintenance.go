@@ -9,6 +9,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/history"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
@@ -190,9 +192,9 @@ func deleteExpired(ctx context.Context, coll *mongo.Collection, history bool, no
 // for it to rest).
 func (c *Consumer[P, R]) writeUnlogged(ctx context.Context, now time.Time) (int, error) {
 	filter := bson.D{{Key: fUnlogged, Value: op("$gt", bson.D{})}}
-	tasks, err := findAll(ctx, c.coll, filter, nil, unloggedProjection, deleteBatch)
+	tasks, err := query.FindAll(ctx, c.coll, filter, nil, history.MarksProjection, deleteBatch)
 	if err != nil {
 		return 0, fmt.Errorf("mscheduler: find unwritten run history: %w", err)
 	}
-	return writeUnloggedOf(ctx, c.coll, tasks, c.cfg.Retention, now, reconcileAfter)
+	return history.WriteMarked(ctx, c.coll, tasks, c.cfg.Retention.policy(), now, reconcileAfter)
 }

@@ -80,7 +80,7 @@ func (c *Consumer[P, R]) announceIfDue(ctx context.Context, st *claimState) {
 		return
 	}
 	if view.alive != st.peers || view.rank != st.rank {
-		st.spares.drop() // chosen by shares that moved
+		st.spares.Drop() // chosen by shares that moved
 	}
 	st.peers, st.rank, st.peersGone = view.alive, view.rank, view.gone
 }

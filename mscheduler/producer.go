@@ -3,7 +3,6 @@ package mscheduler
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
@@ -153,7 +153,7 @@ func (p *Producer[P]) publish(ctx context.Context, tasks []Task[P], opts *Publis
 	if opts == nil {
 		opts = &PublishOpts{}
 	}
-	if err := p.clock.ensure(ctx, p.coll.Database()); err != nil {
+	if err := p.clock.Ensure(ctx, p.coll.Database()); err != nil {
 		return nil, err
 	}
 	if err := p.checkSchema(ctx); err != nil {
@@ -207,13 +207,13 @@ func (p *Producer[P]) publish(ctx context.Context, tasks []Task[P], opts *Publis
 // SchemaCheckInterval has passed since the last check.
 func (p *Producer[P]) checkSchema(ctx context.Context) error {
 	at := time.Duration(p.schemaChecked.Load())
-	if at != 0 && p.clock.mono()-at < p.cfg.SchemaCheckInterval {
+	if at != 0 && p.clock.Mono()-at < p.cfg.SchemaCheckInterval {
 		return nil
 	}
 	if err := ensureSchema(ctx, p.coll); err != nil {
 		return err
 	}
-	p.schemaChecked.Store(int64(max(p.clock.mono(), 1)))
+	p.schemaChecked.Store(int64(max(p.clock.Mono(), 1)))
 	return nil
 }
 
@@ -267,7 +267,7 @@ func (p *Producer[P]) insertNew(ctx context.Context, docs []*taskDoc) ([]Publish
 	} else {
 		_, err = p.coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 	}
-	duplicates, err := duplicateIndexes(err)
+	duplicates, err := query.DuplicateIndexes(err)
 	if err != nil {
 		return nil, nil, fmt.Errorf("mscheduler: publish: %w", err)
 	}
@@ -321,7 +321,7 @@ func (p *Producer[P]) findResettable(ctx context.Context, docs []*taskDoc) (map[
 	for i, d := range docs {
 		keys[i] = d.Key
 	}
-	found, err := findAll(ctx, p.coll, bson.D{
+	found, err := query.FindAll(ctx, p.coll, bson.D{
 		{Key: fID, Value: bson.D{{Key: "$in", Value: keys}}},
 		{Key: fStatus, Value: op("$in", taskstate.FinalStatuses)},
 		{Key: fRunning, Value: 0},
@@ -363,7 +363,7 @@ func (p *Producer[P]) writeUpserts(ctx context.Context, models []mongo.WriteMode
 			batch[j] = models[i]
 		}
 		res, err := p.coll.BulkWrite(ctx, batch, options.BulkWrite().SetOrdered(false))
-		duplicates, err := duplicateIndexes(err)
+		duplicates, err := query.DuplicateIndexes(err)
 		if err != nil {
 			return nil, fmt.Errorf("mscheduler: publish: %w", err)
 		}
@@ -388,26 +388,6 @@ func (p *Producer[P]) writeUpserts(ctx context.Context, models []mongo.WriteMode
 		pending = retry
 	}
 	return outcomes, nil
-}
-
-// duplicateIndexes returns the indexes of ops that failed on a duplicate key,
-// and any other error.
-func duplicateIndexes(err error) (map[int]bool, error) {
-	if err == nil {
-		return nil, nil
-	}
-	var bwe mongo.BulkWriteException
-	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil {
-		return nil, err
-	}
-	out := make(map[int]bool, len(bwe.WriteErrors))
-	for _, we := range bwe.WriteErrors {
-		if !mongo.IsDuplicateKeyError(we.WriteError) {
-			return nil, err
-		}
-		out[we.Index] = true
-	}
-	return out, nil
 }
 
 // upsertModel applies opts to a task that exists (see taskstate.Publish).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 
@@ -70,44 +71,6 @@ func readRaw(ctx context.Context, coll *mongo.Collection, filter bson.D) (bson.R
 	return raw, err
 }
 
-// unwritable reports an error with which the server refused a write
-// because of what the stored document holds (a field of the wrong type,
-// a document grown too large): sending the same write again cannot help.
-func unwritable(err error) bool {
-	var u *unreadableError
-	if errors.As(err, &u) {
-		return true
-	}
-	var se mongo.ServerError
-	if !errors.As(err, &se) || mongo.IsNetworkError(err) || mongo.IsTimeout(err) {
-		return false
-	}
-	for _, code := range documentErrorCodes {
-		if se.HasErrorCode(code) {
-			return true
-		}
-	}
-	return false
-}
-
-// documentErrorCodes are the server error codes of a write refused because
-// of the stored document: TypeMismatch, BadValue (an array operator on a
-// non-array), PathNotViable (a field under a non-document),
-// BSONObjectTooLarge and the update results over 16 MiB, and the older
-// code of $push to a non-array.
-var documentErrorCodes = []int{14, 2, 28, 10334, 17419, 17420, 16837}
-
-// unreadableError is a task document that a write needed to read back and
-// could not decode.
-type unreadableError struct {
-	key  string
-	prob *problem
-}
-
-func (e *unreadableError) Error() string {
-	return fmt.Sprintf("mscheduler: task %q: %v", e.key, e.prob)
-}
-
 // problemOf inspects the document a refused write was aimed at, for a
 // reason that names the field; failing that, the server's own message.
 func problemOf(ctx context.Context, coll *mongo.Collection, filter bson.D, cause error) (bson.Raw, *problem) {
@@ -117,9 +80,9 @@ func problemOf(ctx context.Context, coll *mongo.Collection, filter bson.D, cause
 			return raw, p
 		}
 	}
-	var u *unreadableError
+	var u *runend.Unreadable
 	if errors.As(cause, &u) {
-		return raw, u.prob
+		return raw, u.Problem
 	}
 	return raw, &problem{Field: "(document)", Reason: "cannot be written: " + serverMessage(cause)}
 }

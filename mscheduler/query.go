@@ -20,12 +20,8 @@ var claimableStatuses = taskstate.ClaimableStatuses
 // claimSort is the claim order: higher priority first, then earlier run_at.
 var claimSort = taskstate.ClaimSort
 
-// effectiveLease is when a holder's lease lapses: its lease_until, or, for
-// a run that has not pinged yet (its lease is still the claim's), its
-// start plus the task's worker timeout, whichever comes first.
+// effectiveLease is when a holder's lease lapses (see
+// taskstate.EffectiveLease).
 func effectiveLease(h holder, workerTimeout time.Duration) time.Time {
-	if workerTimeout > 0 && h.LeaseUntil.Sub(h.Started) == claimLease {
-		return minTime(h.LeaseUntil, h.Started.Add(workerTimeout))
-	}
-	return h.LeaseUntil
+	return taskstate.EffectiveLease(h, workerTimeout)
 }

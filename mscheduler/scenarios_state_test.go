@@ -508,3 +508,50 @@ func TestScenario6JunkRunsTaskCanBeDeleted(t *testing.T) {
 		}
 	}
 }
+
+// TestListPagesOverClonesOnce: a copy of a task made by hand is listed
+// under its own _id, not its original's key, and paging by key lists every
+// document once, copies with an ObjectId _id included.
+func TestListPagesOverClonesOnce(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	ctx := ctxT(t)
+	p := newProducer[map[string]any](t, coll, nil)
+	for _, key := range []string{"a", "b", "c"} {
+		if _, err := p.Publish(ctx, mscheduler.Task[map[string]any]{Key: key}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	orig := stDocD(t, coll, "b")
+	if _, err := coll.InsertOne(ctx, stWith(orig, "_id", stDrop)); err != nil { // an ObjectId _id
+		t.Fatal(err)
+	}
+	if _, err := coll.InsertOne(ctx, stWith(orig, "_id", "b-copy")); err != nil { // key "b" still
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	after := ""
+	for page := 0; page < 10; page++ {
+		infos, err := p.List(ctx, mscheduler.ListOpts{Limit: 2, After: after})
+		if err != nil {
+			t.Fatalf("page %d after %q: %v", page, after, err)
+		}
+		if len(infos) == 0 {
+			break
+		}
+		for _, info := range infos {
+			seen[info.Task.Key]++
+		}
+		after = infos[len(infos)-1].Task.Key
+	}
+	if len(seen) != 5 {
+		t.Fatalf("listed %v, want the 5 documents", seen)
+	}
+	for key, n := range seen {
+		if n != 1 {
+			t.Errorf("%s listed %d times", key, n)
+		}
+	}
+	if seen["b-copy"] != 1 || seen["b"] != 1 {
+		t.Errorf("the copy under _id b-copy is not listed under its own _id: %v", seen)
+	}
+}

@@ -36,7 +36,7 @@ type Stats struct {
 // Stats counts the collection's tasks by status and its recent runs. Every
 // query is served by an index and bounded by StatsTimeout.
 func (p *Producer[P]) Stats(ctx context.Context) (*Stats, error) {
-	if err := p.clock.ensure(ctx, p.coll.Database()); err != nil {
+	if err := p.clock.Ensure(ctx, p.coll.Database()); err != nil {
 		return nil, err
 	}
 	now := p.clock.Now()

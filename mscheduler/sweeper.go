@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
@@ -146,7 +147,7 @@ func expiredRecord(workerID string, h holder, lease, now time.Time, planned *tim
 // ended and is set invalid. It reports whether a write applied.
 func (c *Consumer[P, R]) expire(ctx context.Context, raw bson.Raw, t *taskDoc, workerID string, h holder, now time.Time) (bool, error) {
 	lease := effectiveLease(h, fromMS(t.WorkerTimeoutMS))
-	end := &runEnd{key: t.Key, End: taskstate.End{
+	end := &runend.End{Key: t.Key, End: taskstate.End{
 		ID:            t.RawID,
 		WorkerID:      workerID,
 		Fence:         taskstate.LeaseFence(t.RawID, workerID, h.Run, h.LeaseUntil),
@@ -158,22 +159,22 @@ func (c *Consumer[P, R]) expire(ctx context.Context, raw bson.Raw, t *taskDoc, w
 		Retention:     c.cfg.Retention.policy(),
 		Advance:       newPlanAdvance(t, h.Started, now),
 	}}
-	err := end.write(ctx, c.coll)
+	err := end.Write(ctx, c.coll)
 	switch {
-	case errors.Is(err, errRunGone): // the holder pinged, ended or was swept meanwhile
+	case errors.Is(err, runend.ErrGone): // the holder pinged, ended or was swept meanwhile
 		return false, nil
-	case unwritable(err):
+	case runend.Unwritable(err):
 		_, prob := problemOf(ctx, c.coll, end.Fence, err)
 		q := newQuarantine(raw, prob, taskstate.FoundAtSweep).ending(workerID, h.Run, &end.Record, h.LeaseUntil)
 		ok, qerr := c.quarantine(ctx, q)
 		if ok {
-			c.history.add(t.Key, end.Record)
+			c.history.Add(t.Key, end.Record)
 		}
 		return ok, qerr
 	case err != nil:
 		return false, err
 	}
-	c.history.add(t.Key, end.Record)
+	c.history.Add(t.Key, end.Record)
 	local.ended(namespaceOf(c.coll), t.Key)
 	c.log.Info("run expired; slot freed", "key", t.Key, "run_id", h.Run, "holder", workerID)
 	c.emit(Event{Kind: EventExpired, Key: t.Key, RunID: h.Run, WorkerID: workerID})

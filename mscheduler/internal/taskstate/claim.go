@@ -89,6 +89,26 @@ func (c Claimant) DueByKey(id bson.RawValue, now time.Time) bson.D {
 // ClaimSort is the claim order: higher priority first, then earlier run_at.
 var ClaimSort = bson.D{{Key: stored.FPriority, Value: -1}, {Key: stored.FRunAt, Value: 1}}
 
+// ClaimLease is the lease a claim stores: an update cannot read the
+// task's own worker timeout. Until the run's first ping, its lease is in
+// effect the shorter of the two: started + worker_timeout_ms (see
+// EffectiveLease), by which the worker cancels its handler and after which
+// any sweep may expire the run. The first ping comes at the task's ping
+// interval, and no later than ClaimLease/2.
+const ClaimLease = 30 * time.Second
+
+// EffectiveLease is when a holder's lease lapses: its lease_until, or, for
+// a run that has not pinged yet (its lease is still the claim's), its
+// start plus the task's worker timeout, whichever comes first.
+func EffectiveLease(h stored.Holder, workerTimeout time.Duration) time.Time {
+	if workerTimeout > 0 && h.LeaseUntil.Sub(h.Started) == ClaimLease {
+		if end := h.Started.Add(workerTimeout); end.Before(h.LeaseUntil) {
+			return end
+		}
+	}
+	return h.LeaseUntil
+}
+
 // Claim is the update that claims one slot of a task for the worker's run
 // h, at now. The sweep looks at the task from nextExpiry on: an update
 // cannot read the task's own worker timeout, so it is the claimant's guess,

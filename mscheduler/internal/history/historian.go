@@ -1,4 +1,4 @@
-package mscheduler
+package history
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // Batching of history writes: records are written together when this many
@@ -18,7 +21,7 @@ const (
 	historyQueue      = 1024
 )
 
-// historian writes the history records of the runs this consumer ended,
+// Historian writes the history records of the runs this consumer ended,
 // in batches, then pulls their ids from the tasks' unlogged lists. Its
 // loop owns the batch. A record it cannot write (the queue full, the
 // server unreachable) is not lost: its id stays in unlogged, and the
@@ -27,35 +30,39 @@ const (
 // While the consumer is busy, the pulls ride with the next batch of run ends
 // instead of costing a command of their own; what no batch took within
 // historyCarryWait is sent alone.
-type historian struct {
+type Historian struct {
 	tasks, history *mongo.Collection
-	retention      Retention
+	retention      taskstate.Retention
 	writeTimeout   time.Duration
 	log            *slog.Logger
 	onError        func(error)
-	ends           *endBatcher // nil when run ends are written alone
+	ends           Carrier     // nil when run ends are written alone
 	busy           func() bool // a batch of run ends is on its way
 
-	queue chan historyDoc // written by run ends, read by the loop
+	queue chan stored.HistoryRecord // written by run ends, read by the loop
 }
 
-func newHistorian(tasks *mongo.Collection, retention Retention, writeTimeout time.Duration, log *slog.Logger, onError func(error),
-	ends *endBatcher, busy func() bool) *historian {
-	return &historian{tasks: tasks, history: historyCollection(tasks), retention: retention, writeTimeout: writeTimeout,
-		log: log, onError: onError, ends: ends, busy: busy, queue: make(chan historyDoc, historyQueue)}
+// NewHistorian makes the historian of a consumer of tasks. ends, when not
+// nil, is the run-end batcher the removals of history marks ride with
+// while busy says a batch is on its way; onError hears of the records it
+// could not write (the maintenance pass writes them later).
+func NewHistorian(tasks *mongo.Collection, retention taskstate.Retention, writeTimeout time.Duration, log *slog.Logger, onError func(error),
+	ends Carrier, busy func() bool) *Historian {
+	return &Historian{tasks: tasks, history: Collection(tasks), retention: retention, writeTimeout: writeTimeout,
+		log: log, onError: onError, ends: ends, busy: busy, queue: make(chan stored.HistoryRecord, historyQueue)}
 }
 
-// add queues a run's record; it never blocks.
-func (h *historian) add(key string, r runRecord) {
+// Add queues a run's record; it never blocks.
+func (h *Historian) Add(key string, r stored.RunRecord) {
 	select {
-	case h.queue <- newHistoryDoc(key, r, h.retention):
+	case h.queue <- Record(key, r, h.retention):
 	default: // the maintenance pass writes it from the task's runs
 	}
 }
 
-// loop writes batches until ctx is done, then writes what is queued.
-func (h *historian) loop(ctx context.Context) {
-	var batch []historyDoc
+// Loop writes batches until ctx is done, then writes what is queued.
+func (h *Historian) Loop(ctx context.Context) {
+	var batch []stored.HistoryRecord
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -94,13 +101,13 @@ func (h *historian) loop(ctx context.Context) {
 // flush writes a batch and returns it emptied for reuse. The pulls go with
 // the run ends when the consumer is busy and carried (the timer that sends
 // them alone if no batch took them) is given; alone otherwise.
-func (h *historian) flush(batch []historyDoc, carried *time.Timer) []historyDoc {
+func (h *Historian) flush(batch []stored.HistoryRecord, carried *time.Timer) []stored.HistoryRecord {
 	if len(batch) == 0 {
 		return batch
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.writeTimeout)
 	defer cancel()
-	if err := insertHistory(ctx, h.history, batch); err != nil {
+	if err := Insert(ctx, h.history, batch); err != nil {
 		h.onError(err)
 		return batch[:0]
 	}
@@ -108,29 +115,36 @@ func (h *historian) flush(batch []historyDoc, carried *time.Timer) []historyDoc 
 	for _, d := range batch {
 		logged[d.Key] = append(logged[d.Key], d.ID)
 	}
-	pulls := pullStatements(logged)
+	pulls := Pulls(logged)
 	if h.ends != nil && carried != nil && h.busy() {
-		if h.ends.carry(pulls) {
+		if h.ends.Carry(pulls) {
 			// Not when some wait already: pushed back at each flush, the
 			// timer might never fire.
 			carried.Reset(historyCarryWait)
 		}
 		return batch[:0]
 	}
-	if err := sendPulls(ctx, h.tasks, pulls); err != nil {
+	if err := SendPulls(ctx, h.tasks, pulls); err != nil {
 		h.onError(err)
 	}
 	return batch[:0]
 }
 
 // sendCarried sends alone the pulls no batch of run ends took.
-func (h *historian) sendCarried() {
+func (h *Historian) sendCarried() {
 	if h.ends == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.writeTimeout)
 	defer cancel()
-	if err := sendPulls(ctx, h.tasks, h.ends.takeCarried()); err != nil {
+	if err := SendPulls(ctx, h.tasks, h.ends.TakeCarried()); err != nil {
 		h.onError(err)
 	}
+}
+
+// Carrier takes statements to send with the next batch of run ends (the
+// run-end batcher), and gives back those no batch took.
+type Carrier interface {
+	Carry(models []mongo.WriteModel) (first bool)
+	TakeCarried() []mongo.WriteModel
 }

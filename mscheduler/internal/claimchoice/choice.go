@@ -1,11 +1,66 @@
-package mscheduler
+// Package claimchoice chooses which of the candidates a batch claim read
+// a consumer claims, so that consumers reading at once choose apart, and
+// keeps the spares for its next claims.
+package claimchoice
 
 import (
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
+
+// Candidate is a task that a batch may claim. It is read field by field,
+// leniently: a hand-edited field of the wrong type must not stop the
+// batch (the claim's inspection sets such a task invalid, naming it).
+type Candidate struct {
+	Key             string
+	ID              bson.RawValue // the _id as read: the claim's statement is fenced on it
+	Priority        int64
+	WorkerTimeoutMS int64
+	Raw             bson.Raw // the task as read, without its runs
+	// Exact says it can be claimed without a read back (see
+	// taskstate.ExactCandidate).
+	Exact bool
+	// Contended says two consumers claiming it at once would spend a
+	// statement each on one run (see contended).
+	Contended bool
+}
+
+// Of reads a candidate; a task whose _id is not a string is not
+// one (the single claim and the periodic check deal with it).
+func Of(raw bson.Raw) (Candidate, bool) {
+	key, ok := raw.Lookup(stored.FID).StringValueOK()
+	if !ok {
+		return Candidate{}, false
+	}
+	priority, _ := raw.Lookup(stored.FPriority).AsInt64OK()
+	timeout, _ := raw.Lookup(stored.FWorkerTimeoutMS).AsInt64OK()
+	return Candidate{Key: key, ID: raw.Lookup(stored.FID), Priority: priority, WorkerTimeoutMS: timeout, Raw: raw,
+		Exact: taskstate.ExactCandidate(raw), Contended: contended(raw)}, true
+}
+
+// contended says two consumers claiming the candidate at once
+// would spend a statement each on one run: a task of concurrency 1 that
+// any consumer may run. A task of higher concurrency has a run for each
+// (see choose), and one with an allow-list is for the workers it names,
+// whatever their shares.
+func contended(raw bson.Raw) bool {
+	if conc, ok := raw.Lookup(stored.FConcurrency).AsInt64OK(); !ok || conc != 1 {
+		return false
+	}
+	ids, ok := raw.Lookup(stored.FWorkerIDs).ArrayOK()
+	if !ok {
+		return true
+	}
+	vals, err := ids.Values()
+	return err == nil && len(vals) == 0
+}
 
 // A batch claim reads more candidates than it has free slots, so that
 // consumers reading at once can choose different tasks. Each consumer
@@ -16,7 +71,7 @@ import (
 //
 // A consumer takes a task of another share only once it was passed over:
 // seen by an earlier read of this consumer at least a moment before (see
-// passOver). Its own consumer, with free slots, claims it within that
+// PassOver). Its own consumer, with free slots, claims it within that
 // moment; one with no free slot, or gone, leaves it, and the others take
 // it then. Taken at once, it was claimed twice over whenever the work ran
 // short of the slots (at the end of a backlog, or while consumers join
@@ -29,7 +84,7 @@ import (
 // spare that another consumer took meanwhile only misses.
 
 // shareOf is the share among peers that a task key falls in.
-func shareOf(key string, peers int) int { return shareOfHash(fnvOf(key), peers) }
+func ShareOf(key string, peers int) int { return shareOfHash(fnvOf(key), peers) }
 
 func shareOfHash(h uint32, peers int) int { return int(h % uint32(peers)) }
 
@@ -56,7 +111,7 @@ func fnvOf(key string) uint32 {
 // highest priority that it did not choose, in claim order. Spares of a
 // lower priority are not kept: they would go before the highest-priority
 // tasks of other shares.
-func choose(cands []candidate, k, peers, rank int, passed func(candidate) bool) (chosen, spares []candidate, held bool) {
+func Choose(cands []Candidate, k, peers, rank int, passed func(Candidate) bool) (chosen, spares []Candidate, held bool) {
 	if len(cands) == 0 || k <= 0 {
 		return nil, nil, false
 	}
@@ -67,7 +122,7 @@ func choose(cands []candidate, k, peers, rank int, passed func(candidate) bool) 
 	}
 	own, taken := make([]bool, len(cands)), make([]bool, len(cands))
 	for i, cd := range cands {
-		own[i] = shareOf(cd.Key, peers) == rank
+		own[i] = ShareOf(cd.Key, peers) == rank
 	}
 	for lo := 0; lo < len(cands) && len(chosen) < k && !held; {
 		hi := lo + topPriority(cands[lo:])
@@ -98,7 +153,7 @@ func choose(cands []candidate, k, peers, rank int, passed func(candidate) bool) 
 // chooseAnywhere takes a run of k at a random place among the top
 // candidates of the highest priority (all of them and the next ones if
 // they are not more than k); the other top ones are the spares.
-func chooseAnywhere(cands []candidate, top, k int) (chosen, spares []candidate) {
+func chooseAnywhere(cands []Candidate, top, k int) (chosen, spares []Candidate) {
 	if len(cands) <= k {
 		return cands, nil
 	}
@@ -115,7 +170,7 @@ func chooseAnywhere(cands []candidate, top, k int) (chosen, spares []candidate) 
 
 // topPriority counts the candidates, from the first, of the first one's
 // priority.
-func topPriority(cands []candidate) int {
+func topPriority(cands []Candidate) int {
 	n := 1
 	for n < len(cands) && cands[n].Priority == cands[0].Priority {
 		n++
@@ -123,38 +178,38 @@ func topPriority(cands []candidate) int {
 	return n
 }
 
-// spareCandidates are the spares of the last batch claim, kept for the
+// Spares are the spares of the last batch claim, kept for the
 // next claims while they are fresh. They belong to the claim loop.
-type spareCandidates struct {
-	cands []candidate
+type Spares struct {
+	cands []Candidate
 	read  time.Time // when they were read, on the monotonic clock
 	// mixed says the last read chose tasks not all of concurrency 1:
 	// claims of them need a read back, so a claim of fewer slots than a
 	// batch is cheaper as a findAndModify, until the work runs out.
-	mixed bool
+	Mixed bool
 	// missed says a claim from spares missed a task since the claim pass
 	// began: the pass comes back at once, to read candidates afresh.
-	missed bool
+	Missed bool
 }
 
 // keep replaces the spares with those of a read at read, in which chosen
 // were claimed.
-func (s *spareCandidates) keep(spares, chosen []candidate, read time.Time) {
+func (s *Spares) Keep(spares, chosen []Candidate, read time.Time) {
 	s.cands, s.read = spares, read
-	s.mixed = slices.ContainsFunc(chosen, func(cd candidate) bool { return !cd.exact })
+	s.Mixed = slices.ContainsFunc(chosen, func(cd Candidate) bool { return !cd.Exact })
 }
 
 // holds says whether at least k spares are fresh at now: read less than
 // spareFor before it.
-func (s *spareCandidates) holds(k int, now time.Time, spareFor time.Duration) bool {
+func (s *Spares) Holds(k int, now time.Time, spareFor time.Duration) bool {
 	return k > 0 && len(s.cands) >= k && now.Sub(s.read) < spareFor
 }
 
 // take removes and returns the first k spares if they hold k fresh ones;
 // otherwise it forgets them all and returns nil.
-func (s *spareCandidates) take(k int, now time.Time, spareFor time.Duration) []candidate {
-	if !s.holds(k, now, spareFor) {
-		s.drop()
+func (s *Spares) Take(k int, now time.Time, spareFor time.Duration) []Candidate {
+	if !s.Holds(k, now, spareFor) {
+		s.Drop()
 		return nil
 	}
 	out := s.cands[:k:k]
@@ -163,19 +218,19 @@ func (s *spareCandidates) take(k int, now time.Time, spareFor time.Duration) []c
 }
 
 // drop forgets the spares.
-func (s *spareCandidates) drop() { s.cands = nil }
+func (s *Spares) Drop() { s.cands = nil }
 
 // serves says a claim of k slots, fewer than a batch fills, should go by
 // the spares or by a read that keeps some: they hold k fresh ones, or the
 // last read found tasks of concurrency 1 only.
-func (s *spareCandidates) serves(k int, now time.Time, spareFor time.Duration) bool {
-	return spareFor > 0 && (s.holds(k, now, spareFor) || !s.mixed)
+func (s *Spares) Serves(k int, now time.Time, spareFor time.Duration) bool {
+	return spareFor > 0 && (s.Holds(k, now, spareFor) || !s.Mixed)
 }
 
-// passOver remembers when this consumer first saw each contended
+// PassOver remembers when this consumer first saw each contended
 // candidate of another share, so that it takes one only once passed over.
 // It belongs to the claim loop.
-type passOver struct {
+type PassOver struct {
 	seen map[string]sighting // by key: the candidates of the last read it waits for
 }
 
@@ -189,10 +244,10 @@ type sighting struct {
 // see records the contended candidates of other shares in a read at now,
 // keeping when those seen before were first seen, and forgets the rest: a
 // task that left the candidates and came back is new again.
-func (p *passOver) see(cands []candidate, peers, rank int, now time.Time) {
+func (p *PassOver) See(cands []Candidate, peers, rank int, now time.Time) {
 	seen := make(map[string]sighting, len(p.seen))
 	for _, cd := range cands {
-		if !cd.contended || peers <= 1 {
+		if !cd.Contended || peers <= 1 {
 			continue
 		}
 		h := fnvOf(cd.Key)
@@ -212,7 +267,7 @@ func (p *passOver) see(cands []candidate, peers, rank int, now time.Time) {
 // now: it does not wait for it, or cd was first seen at least wait before
 // and this consumer is its helper, or twice wait before (its helper may be
 // busy or gone too).
-func (p *passOver) passed(cd candidate, now time.Time, wait time.Duration) bool {
+func (p *PassOver) Passed(cd Candidate, now time.Time, wait time.Duration) bool {
 	s, ok := p.seen[cd.Key]
 	return !ok || now.Sub(s.first) >= s.wait(wait)
 }
@@ -227,7 +282,7 @@ func (s sighting) wait(wait time.Duration) time.Duration {
 
 // untilNext is how long after now the first of the candidates seen that
 // have not passed yet passes.
-func (p *passOver) untilNext(now time.Time, wait time.Duration) time.Duration {
+func (p *PassOver) UntilNext(now time.Time, wait time.Duration) time.Duration {
 	next := 2 * wait
 	for _, s := range p.seen {
 		if d := s.first.Add(s.wait(wait)).Sub(now); d > 0 && d < next {
@@ -242,7 +297,7 @@ func (p *passOver) untilNext(now time.Time, wait time.Duration) time.Duration {
 // helping with a share do not all take the same tasks (from the last)
 // and lose them to one another, and a share left by a consumer gone is
 // spread over all of them.
-func helperOf(key string, peers int) int { return helperOfHash(fnvOf(key), peers) }
+func HelperOf(key string, peers int) int { return helperOfHash(fnvOf(key), peers) }
 
 func helperOfHash(h uint32, peers int) int {
 	owner := shareOfHash(h, peers)

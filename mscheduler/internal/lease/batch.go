@@ -1,4 +1,4 @@
-package mscheduler
+package lease
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
@@ -23,7 +25,7 @@ import (
 
 // pingItem is one run's part of a ping.
 type pingItem struct {
-	run     *activeRun
+	run     *Run
 	lease   time.Time // the lease asked for
 	attempt int
 	sole    bool // the run was its task's only holder at its last ping
@@ -31,19 +33,19 @@ type pingItem struct {
 
 // renewStatement is the fenced update that renews one run's lease (see
 // taskstate.Renew).
-func (p *pinger) renewStatement(id bson.RawValue, runID string, lease time.Time, attempt int, sole bool) (filter, update bson.D) {
+func (p *Pinger) renewStatement(id bson.RawValue, runID string, lease time.Time, attempt int, sole bool) (filter, update bson.D) {
 	return taskstate.Renew(id, p.workerID, runID, lease, attempt, sole)
 }
 
 // pingProjection is what a ping reads back of its task.
-func (p *pinger) pingProjection() bson.D {
-	return bson.D{{Key: fStatus, Value: 1}, {Key: fRunning, Value: 1}, {Key: fPingIntervalMS, Value: 1}, {Key: fWorkerTimeoutMS, Value: 1},
-		{Key: fWorkerIDs, Value: 1}, {Key: fGroup, Value: 1}}
+func (p *Pinger) pingProjection() bson.D {
+	return bson.D{{Key: stored.FStatus, Value: 1}, {Key: stored.FRunning, Value: 1}, {Key: stored.FPingIntervalMS, Value: 1}, {Key: stored.FWorkerTimeoutMS, Value: 1},
+		{Key: stored.FWorkerIDs, Value: 1}, {Key: stored.FGroup, Value: 1}}
 }
 
 // renewBatch renews the runs of items together; it returns one result per
 // item, in order.
-func (p *pinger) renewBatch(ctx context.Context, items []pingItem, sent time.Time) []pingResult {
+func (p *Pinger) renewBatch(ctx context.Context, items []pingItem, sent time.Time) []pingResult {
 	out := make([]pingResult, len(items))
 	for i, it := range items {
 		out[i] = pingResult{run: it.run, sent: sent, lease: it.lease}
@@ -51,9 +53,9 @@ func (p *pinger) renewBatch(ctx context.Context, items []pingItem, sent time.Tim
 	models := make([]mongo.WriteModel, len(items))
 	keys := make(bson.A, 0, len(items))
 	for i, it := range items {
-		filter, update := p.renewStatement(it.run.id, it.run.runID, it.lease, it.attempt, it.sole)
+		filter, update := p.renewStatement(it.run.ID, it.run.RunID, it.lease, it.attempt, it.sole)
 		models[i] = mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update)
-		keys = append(keys, it.run.id)
+		keys = append(keys, it.run.ID)
 	}
 	// A statement refused by the server (a field edited into the wrong
 	// type) may leave the others applied or not (the development server
@@ -68,23 +70,23 @@ func (p *pinger) renewBatch(ctx context.Context, items []pingItem, sent time.Tim
 		return failAll(out, err)
 	}
 	for i, it := range items {
-		raw := tasks[it.run.key]
-		run, _ := raw.Lookup(fHolders, p.workerID, hRun).StringValueOK()
-		lease, _ := raw.Lookup(fHolders, p.workerID, hLeaseUntil).DateTimeOK()
+		raw := tasks[it.run.Key]
+		run, _ := raw.Lookup(stored.FHolders, p.workerID, stored.HRun).StringValueOK()
+		lease, _ := raw.Lookup(stored.FHolders, p.workerID, stored.HLeaseUntil).DateTimeOK()
 		switch {
-		case raw == nil || run != it.run.runID: // taken away: reply stays nil
+		case raw == nil || run != it.run.RunID: // taken away: reply stays nil
 		case lease == it.lease.UnixMilli():
 			out[i].reply = decodePingReply(raw)
 		default:
-			out[i].reply, out[i].err = p.renew(ctx, it.run, it.lease, it.attempt, !it.sole)
+			out[i].reply, out[i].err = p.Renew(ctx, it.run, it.lease, it.attempt, !it.sole)
 		}
 	}
 	return out
 }
 
 // readBack reads the pinged tasks as their pings left them, by key.
-func (p *pinger) readBack(ctx context.Context, keys bson.A) (map[string]bson.Raw, error) {
-	tasks, err := readByKey(ctx, p.coll, keys, append(p.pingProjection(), bson.E{Key: holderPath(p.workerID), Value: 1}))
+func (p *Pinger) readBack(ctx context.Context, keys bson.A) (map[string]bson.Raw, error) {
+	tasks, err := query.ByID(ctx, p.coll, keys, append(p.pingProjection(), bson.E{Key: stored.HolderPath(p.workerID), Value: 1}))
 	if err != nil {
 		return nil, fmt.Errorf("mscheduler: ping: %w", err)
 	}

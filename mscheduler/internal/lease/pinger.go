@@ -1,4 +1,10 @@
-package mscheduler
+// Package lease keeps the leases of a worker's runs: it pings each run
+// before its lease lapses (several runs of the worker in one command when
+// their pings fall together), reads back what each ping learns (the task
+// cancelled, the worker no longer allowed, new ping settings), and cancels
+// a run's handler when the run was taken away or its lease lapsed
+// unrenewed, at the lease's own time.
+package lease
 
 import (
 	"context"
@@ -15,53 +21,60 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/serverclock"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // pingParallelism bounds the pings (lone or batched) in flight at once.
 const pingParallelism = 8
 
-// activeRun is a run this worker holds, from its claim until its end is
+// Run is a run this worker holds, from its claim until its end is
 // written (or given up on): the pinger keeps its lease while the handler
 // runs and while its end is being written.
-type activeRun struct {
-	key     string        // the task's key: its _id, a string, for messages
-	id      bson.RawValue // the task's _id as read: every write about the run is fenced on it
-	runID   string
-	started time.Time
-	cancel  context.CancelCauseFunc
-	doc     *taskDoc // the task as claimed; read-only
+type Run struct {
+	Key     string        // the task's key: its _id, a string, for messages
+	ID      bson.RawValue // the task's _id as read: every write about the run is fenced on it
+	RunID   string
+	Started time.Time
+	Cancel  context.CancelCauseFunc
+	Doc     *stored.Task // the task as claimed; read-only
 
 	// leaseUntil (server UnixNano) is written by the pinger loop and read
 	// by the run's goroutine and by Stop.
 	leaseUntil atomic.Int64
-	// lost is set by the pinger when the run was taken away; the run's
+	// Lost is set by the pinger when the run was taken away; the run's
 	// goroutine then writes nothing more about it.
-	lost atomic.Bool
-	// revoked is set by the pinger when the task stopped allowing this
+	Lost atomic.Bool
+	// Revoked is set by the pinger when the task stopped allowing this
 	// worker; the run's goroutine then records the run as revoked.
-	revoked atomic.Bool
-	// attempt is the handler's local attempt, written by the run's
+	Revoked atomic.Bool
+	// Attempt is the handler's local attempt, written by the run's
 	// goroutine and sent with each ping.
-	attempt atomic.Int32
-	// finished is claimed (CompareAndSwap) by whoever writes the run's end:
+	Attempt atomic.Int32
+	// Finished is claimed (CompareAndSwap) by whoever writes the run's end:
 	// the run's goroutine, or Stop for an abandoned run. The pinger goes on
 	// renewing a finished run until its end is written.
-	finished atomic.Bool
-	// ending says the run's goroutine is writing its end; that goroutine
+	Finished atomic.Bool
+	// Ending says the run's goroutine is writing its end; that goroutine
 	// alone reads and writes it.
-	ending bool
+	Ending bool
 
-	// Owned by the pinger loop after add.
-	soleHolder    bool
-	pingInterval  time.Duration
-	workerTimeout time.Duration
+	// Set before Add, then owned by the pinger loop.
+	SoleHolder    bool
+	PingInterval  time.Duration
+	WorkerTimeout time.Duration
 	nextPing      time.Time // server time
 	pinging       bool      // a ping of the run is in flight
 	ignored       string    // ping settings last ignored, so each is logged once
 }
 
-func (r *activeRun) lease() time.Time { return time.Unix(0, r.leaseUntil.Load()) }
+// Lease is when the run's lease lapses, as last renewed (server time).
+func (r *Run) Lease() time.Time { return time.Unix(0, r.leaseUntil.Load()) }
+
+// SetLease sets the run's lease as claimed or renewed.
+func (r *Run) SetLease(t time.Time) { r.leaseUntil.Store(t.UnixNano()) }
 
 // pinger keeps the leases of this worker's runs. Its loop owns every run's
 // schedule: it sends each ping from a goroutine of its own, so that a slow
@@ -69,19 +82,20 @@ func (r *activeRun) lease() time.Time { return time.Unix(0, r.leaseUntil.Load())
 // time: a run whose lease lapses unrenewed has its handler cancelled then,
 // whatever other pings are doing. A ping that matches nothing means the
 // run was taken away, and its handler is cancelled.
-type pinger struct {
+type Pinger struct {
 	coll     *mongo.Collection
 	workerID string
 	groups   []string
-	clock    *serverClock
-	emit     func(Event)
+	clock    *serverclock.Clock
+	notify   Notify
+	causes   Causes
 	log      *slog.Logger
-	caps     *capabilities
+	caps     *query.Caps
 	batchMax int // the most runs one ping renews
 
-	mu   sync.Mutex            // guards runs: written by run goroutines and the loop, read by Stop
-	runs map[string]*activeRun // by run id
-	kick chan struct{}         // buffered 1: a run was added
+	mu   sync.Mutex      // guards runs: written by run goroutines and the loop, read by Stop
+	runs map[string]*Run // by run id
+	kick chan struct{}   // buffered 1: a run was added
 
 	results  chan []pingResult // from ping goroutines to the loop, one per run pinged
 	inflight int               // pings in flight; owned by the loop
@@ -90,24 +104,27 @@ type pinger struct {
 
 // pingResult is what one ping learnt, for the loop to apply.
 type pingResult struct {
-	run   *activeRun
+	run   *Run
 	sent  time.Time // server time the ping was sent
 	lease time.Time // the lease it asked for
 	reply *pingReply
 	err   error
 }
 
-func newPinger(coll *mongo.Collection, workerID string, groups []string, clock *serverClock, emit func(Event), log *slog.Logger, caps *capabilities, batchMax int) *pinger {
-	return &pinger{coll: coll, workerID: workerID, groups: groups, clock: clock, emit: emit, log: log, caps: caps, batchMax: max(batchMax, 1),
-		runs: map[string]*activeRun{}, kick: make(chan struct{}, 1), results: make(chan []pingResult)}
+// New makes the pinger of a worker's runs of coll. notify hears of each
+// renewal and failed ping; causes are what a run's handler context is
+// cancelled with.
+func New(coll *mongo.Collection, workerID string, groups []string, clock *serverclock.Clock, notify Notify, causes Causes, log *slog.Logger, caps *query.Caps, batchMax int) *Pinger {
+	return &Pinger{coll: coll, workerID: workerID, groups: groups, clock: clock, notify: notify, causes: causes, log: log, caps: caps, batchMax: max(batchMax, 1),
+		runs: map[string]*Run{}, kick: make(chan struct{}, 1), results: make(chan []pingResult)}
 }
 
-// add hands a claimed run to the pinger. The first ping comes at the
+// Add hands a claimed run to the pinger. The first ping comes at the
 // task's ping interval, and before the claim's own lease could lapse.
-func (p *pinger) add(r *activeRun) {
-	r.nextPing = r.started.Add(min(r.pingInterval, claimLease/2))
+func (p *Pinger) Add(r *Run) {
+	r.nextPing = r.Started.Add(min(r.PingInterval, taskstate.ClaimLease/2))
 	p.mu.Lock()
-	p.runs[r.runID] = r
+	p.runs[r.RunID] = r
 	p.mu.Unlock()
 	select {
 	case p.kick <- struct{}{}:
@@ -115,23 +132,26 @@ func (p *pinger) add(r *activeRun) {
 	}
 }
 
-func (p *pinger) remove(r *activeRun) {
+// Remove takes a run from the pinger: its end is written, or given up.
+func (p *Pinger) Remove(r *Run) {
 	p.mu.Lock()
-	delete(p.runs, r.runID)
+	delete(p.runs, r.RunID)
 	p.mu.Unlock()
 }
 
-func (p *pinger) snapshot() []*activeRun {
+// Snapshot is the runs the pinger holds now.
+func (p *Pinger) Snapshot() []*Run {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]*activeRun, 0, len(p.runs))
+	out := make([]*Run, 0, len(p.runs))
 	for _, r := range p.runs {
 		out = append(out, r)
 	}
 	return out
 }
 
-func (p *pinger) loop(ctx context.Context) {
+// Loop keeps the leases until ctx is done.
+func (p *Pinger) Loop(ctx context.Context) {
 	defer p.sending.Wait()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -159,22 +179,22 @@ func (p *pinger) loop(ctx context.Context) {
 // within half their interval: pinged a little early, they fall in step, so
 // that a worker holding many runs renews them all with a few commands per
 // interval.
-func (p *pinger) tick(ctx context.Context) time.Time {
+func (p *Pinger) tick(ctx context.Context) time.Time {
 	now := p.clock.Now()
 	next := now.Add(time.Minute) // with no run, only a kick matters
-	var due, soon []*activeRun
-	for _, r := range p.snapshot() {
-		if p.lapsed(r) {
+	var due, soon []*Run
+	for _, r := range p.Snapshot() {
+		if p.Lapsed(r) {
 			// A finished run's end write is left to give up by itself.
 			p.lose(r, "lease lapsed before a ping could renew it")
 			continue
 		}
-		next = minTime(next, r.lease())
+		next = minTime(next, r.Lease())
 		switch {
 		case r.pinging:
 		case !r.nextPing.After(now):
 			due = append(due, r)
-		case p.batchMax > 1 && !r.nextPing.After(now.Add(r.pingInterval/2)):
+		case p.batchMax > 1 && !r.nextPing.After(now.Add(r.PingInterval/2)):
 			soon = append(soon, r)
 			next = minTime(next, r.nextPing)
 		default:
@@ -188,10 +208,10 @@ func (p *pinger) tick(ctx context.Context) time.Time {
 	// renewal failed (less lease left than a due ping normally finds, by
 	// half an interval) is pinged alone, so that it does not cut short the
 	// pings of the others.
-	var batch []*activeRun
+	var batch []*Run
 	for _, r := range append(due, soon...) {
-		if r.lease().Sub(now) < r.workerTimeout-r.pingInterval*3/2 && p.inflight < pingParallelism {
-			p.send(ctx, []*activeRun{r}, now)
+		if r.Lease().Sub(now) < r.WorkerTimeout-r.PingInterval*3/2 && p.inflight < pingParallelism {
+			p.send(ctx, []*Run{r}, now)
 			continue
 		}
 		batch = append(batch, r)
@@ -208,15 +228,15 @@ func (p *pinger) tick(ctx context.Context) time.Time {
 // ping answered after a lease lapsed is worth nothing for that run, and
 // waiting longer on an unreachable server would let its handler outlive
 // its lease.
-func (p *pinger) send(ctx context.Context, runs []*activeRun, now time.Time) {
+func (p *Pinger) send(ctx context.Context, runs []*Run, now time.Time) {
 	p.inflight++
 	items := make([]pingItem, len(runs))
 	timeout := time.Duration(math.MaxInt64)
 	for i, r := range runs {
 		r.pinging = true
-		r.nextPing = now.Add(r.pingInterval)
-		items[i] = pingItem{run: r, lease: now.Add(r.workerTimeout), attempt: int(r.attempt.Load()), sole: r.soleHolder}
-		timeout = min(timeout, max(r.lease().Sub(now), time.Millisecond))
+		r.nextPing = now.Add(r.PingInterval)
+		items[i] = pingItem{run: r, lease: now.Add(r.WorkerTimeout), attempt: int(r.Attempt.Load()), sole: r.SoleHolder}
+		timeout = min(timeout, max(r.Lease().Sub(now), time.Millisecond))
 	}
 	p.sending.Go(func() {
 		pctx, cancel := context.WithTimeout(ctx, timeout)
@@ -224,7 +244,7 @@ func (p *pinger) send(ctx context.Context, runs []*activeRun, now time.Time) {
 		var results []pingResult
 		if len(items) == 1 {
 			it := items[0]
-			reply, err := p.renew(pctx, it.run, it.lease, it.attempt, it.sole)
+			reply, err := p.Renew(pctx, it.run, it.lease, it.attempt, it.sole)
 			results = []pingResult{{run: it.run, sent: now, lease: it.lease, reply: reply, err: err}}
 		} else {
 			results = p.renewBatch(pctx, items, now)
@@ -237,28 +257,28 @@ func (p *pinger) send(ctx context.Context, runs []*activeRun, now time.Time) {
 }
 
 // apply takes in one ping's outcome.
-func (p *pinger) apply(ctx context.Context, res pingResult) {
+func (p *Pinger) apply(ctx context.Context, res pingResult) {
 	r := res.run
 	switch {
-	case r.lost.Load():
+	case r.Lost.Load():
 	case res.err != nil:
 		if ctx.Err() != nil {
 			return
 		}
-		p.log.Warn("ping failed", "key", r.key, "run_id", r.runID, "error", res.err)
-		p.emit(Event{Kind: EventError, Key: r.key, RunID: r.runID, Err: res.err})
+		p.log.Warn("ping failed", "key", r.Key, "run_id", r.RunID, "error", res.err)
+		p.notify.PingFailed(r, res.err)
 	case res.reply == nil:
 		p.lose(r, "ping matched nothing: the run was taken over")
 	default:
-		if res.lease.After(r.lease()) {
+		if res.lease.After(r.Lease()) {
 			r.leaseUntil.Store(res.lease.UnixNano())
 		}
-		r.soleHolder = res.reply.Running == 1
-		p.emit(Event{Kind: EventRenewed, Key: r.key, RunID: r.runID})
+		r.SoleHolder = res.reply.Running == 1
+		p.notify.Renewed(r)
 		p.applySettings(r, res.reply, res.sent)
 		switch {
-		case res.reply.Status == StatusCancelled:
-			cancelRun(r)
+		case res.reply.Status == stored.StatusCancelled:
+			CancelRun(r, p.causes.Cancelled)
 		case !res.reply.allows(p.workerID, p.groups):
 			p.revoke(r)
 		}
@@ -270,9 +290,9 @@ func (p *pinger) apply(ctx context.Context, res pingResult) {
 // would let the lease lapse between two pings (an interval not below the
 // timeout, edited by hand) is ignored, once logged, and the run keeps the
 // settings it has.
-func (p *pinger) applySettings(r *activeRun, reply *pingReply, sent time.Time) {
-	interval, timeout := fromMS(reply.PingIntervalMS), fromMS(reply.WorkerTimeoutMS)
-	if interval == r.pingInterval && timeout == r.workerTimeout {
+func (p *Pinger) applySettings(r *Run, reply *pingReply, sent time.Time) {
+	interval, timeout := stored.FromMS(reply.PingIntervalMS), stored.FromMS(reply.WorkerTimeoutMS)
+	if interval == r.PingInterval && timeout == r.WorkerTimeout {
 		return
 	}
 	if interval <= 0 || timeout <= interval {
@@ -280,20 +300,20 @@ func (p *pinger) applySettings(r *activeRun, reply *pingReply, sent time.Time) {
 		if r.ignored != seen {
 			r.ignored = seen
 			err := fmt.Errorf("mscheduler: task %q: %s %d and %s %d ignored: the interval must be positive and below the timeout, or the lease lapses between pings; keeping %s and %s",
-				r.key, fPingIntervalMS, reply.PingIntervalMS, fWorkerTimeoutMS, reply.WorkerTimeoutMS, r.pingInterval, r.workerTimeout)
-			p.log.Warn("ping settings ignored", "key", r.key, "run_id", r.runID, "error", err)
-			p.emit(Event{Kind: EventError, Key: r.key, RunID: r.runID, Err: err})
+				r.Key, stored.FPingIntervalMS, reply.PingIntervalMS, stored.FWorkerTimeoutMS, reply.WorkerTimeoutMS, r.PingInterval, r.WorkerTimeout)
+			p.log.Warn("ping settings ignored", "key", r.Key, "run_id", r.RunID, "error", err)
+			p.notify.PingFailed(r, err)
 		}
 		return
 	}
-	r.pingInterval, r.workerTimeout = interval, timeout
+	r.PingInterval, r.WorkerTimeout = interval, timeout
 	r.nextPing = sent.Add(interval)
 }
 
-// lapsed reports whether the run's lease has run out (to the millisecond
+// Lapsed reports whether the run's lease has run out (to the millisecond
 // the server clock estimate is read at).
-func (p *pinger) lapsed(r *activeRun) bool {
-	return !p.clock.Now().Add(time.Millisecond).Before(r.lease())
+func (p *Pinger) Lapsed(r *Run) bool {
+	return !p.clock.Now().Add(time.Millisecond).Before(r.Lease())
 }
 
 func minTime(first time.Time, rest ...time.Time) time.Time {
@@ -309,7 +329,7 @@ func minTime(first time.Time, rest ...time.Time) time.Time {
 // field edited by hand into the wrong type must not stop the pings of a
 // run going on (it is reported when the task is next claimed).
 type pingReply struct {
-	Status          Status
+	Status          stored.Status
 	Running         int
 	PingIntervalMS  int64
 	WorkerTimeoutMS int64
@@ -319,16 +339,16 @@ type pingReply struct {
 
 func decodePingReply(raw bson.Raw) *pingReply {
 	var r pingReply
-	if v, ok := raw.Lookup(fStatus).StringValueOK(); ok {
-		r.Status = Status(v)
+	if v, ok := raw.Lookup(stored.FStatus).StringValueOK(); ok {
+		r.Status = stored.Status(v)
 	}
-	if v, ok := raw.Lookup(fRunning).AsInt64OK(); ok {
+	if v, ok := raw.Lookup(stored.FRunning).AsInt64OK(); ok {
 		r.Running = int(v)
 	}
-	r.PingIntervalMS, _ = raw.Lookup(fPingIntervalMS).AsInt64OK()
-	r.WorkerTimeoutMS, _ = raw.Lookup(fWorkerTimeoutMS).AsInt64OK()
-	_ = raw.Lookup(fWorkerIDs).Unmarshal(&r.WorkerIDs)
-	r.Group, _ = raw.Lookup(fGroup).StringValueOK()
+	r.PingIntervalMS, _ = raw.Lookup(stored.FPingIntervalMS).AsInt64OK()
+	r.WorkerTimeoutMS, _ = raw.Lookup(stored.FWorkerTimeoutMS).AsInt64OK()
+	_ = raw.Lookup(stored.FWorkerIDs).Unmarshal(&r.WorkerIDs)
+	r.Group, _ = raw.Lookup(stored.FGroup).StringValueOK()
 	return &r
 }
 
@@ -351,7 +371,8 @@ const renewTries = 3
 // ping is one command except when the number of holders crosses one. If
 // both miss, the number of holders moved between them, or the run was
 // taken away: a read of the fence tells which.
-func (p *pinger) renew(ctx context.Context, r *activeRun, lease time.Time, attempt int, sole bool) (*pingReply, error) {
+// Renew renews one run's lease to lease (see taskstate.Renew).
+func (p *Pinger) Renew(ctx context.Context, r *Run, lease time.Time, attempt int, sole bool) (*pingReply, error) {
 	for try := 0; try < renewTries; try++ {
 		for _, form := range []bool{sole, !sole} {
 			reply, err := p.renewAs(ctx, r, lease, attempt, form)
@@ -364,14 +385,14 @@ func (p *pinger) renew(ctx context.Context, r *activeRun, lease time.Time, attem
 			return nil, err
 		}
 	}
-	return nil, fmt.Errorf("mscheduler: ping run %s of %q: the task's holders kept changing", r.runID, r.key)
+	return nil, fmt.Errorf("mscheduler: ping run %s of %q: the task's holders kept changing", r.RunID, r.Key)
 }
 
-func (p *pinger) renewAs(ctx context.Context, r *activeRun, lease time.Time, attempt int, sole bool) (*pingReply, error) {
-	key, runID := r.key, r.runID
-	filter, update := p.renewStatement(r.id, runID, lease, attempt, sole)
+func (p *Pinger) renewAs(ctx context.Context, r *Run, lease time.Time, attempt int, sole bool) (*pingReply, error) {
+	key, runID := r.Key, r.RunID
+	filter, update := p.renewStatement(r.ID, runID, lease, attempt, sole)
 	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
-	raw, err := p.caps.findOneAndUpdate(ctx, p.coll, filter, update, opts, p.pingProjection()).Raw()
+	raw, err := p.caps.FindOneAndUpdate(ctx, p.coll, filter, update, opts, p.pingProjection()).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
 	}
@@ -382,9 +403,9 @@ func (p *pinger) renewAs(ctx context.Context, r *activeRun, lease time.Time, att
 }
 
 // held reports whether the run still holds its slot.
-func (p *pinger) held(ctx context.Context, r *activeRun) (bool, error) {
-	key, runID := r.key, r.runID
-	err := p.coll.FindOne(ctx, taskstate.RunFence(r.id, p.workerID, runID), options.FindOne().SetProjection(bson.D{{Key: fID, Value: 1}})).Err()
+func (p *Pinger) held(ctx context.Context, r *Run) (bool, error) {
+	key, runID := r.Key, r.RunID
+	err := p.coll.FindOne(ctx, taskstate.RunFence(r.ID, p.workerID, runID), options.FindOne().SetProjection(bson.D{{Key: stored.FID, Value: 1}})).Err()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return false, nil
 	}
@@ -394,34 +415,52 @@ func (p *pinger) held(ctx context.Context, r *activeRun) (bool, error) {
 	return true, nil
 }
 
-// cancelRun cancels a run whose task was cancelled; its end is recorded
-// as cancelled. Called by the pinger loop and by Producer.Cancel through
-// the local registry.
-func cancelRun(r *activeRun) {
-	if !r.finished.Load() {
-		r.cancel(ErrCancelled)
+// CancelRun cancels a run whose task was cancelled, with cause; its end is
+// recorded as cancelled. Called by the pinger loop and by Producer.Cancel
+// through the local registry.
+func CancelRun(r *Run, cause error) {
+	if !r.Finished.Load() {
+		r.Cancel(cause)
 	}
 }
 
 // revoke cancels a run whose task no longer allows this worker. The run
 // keeps its lease (pings go on) until its end is written as revoked, which
 // gives its slot to an allowed worker.
-func (p *pinger) revoke(r *activeRun) {
-	if r.finished.Load() || !r.revoked.CompareAndSwap(false, true) {
+func (p *Pinger) revoke(r *Run) {
+	if r.Finished.Load() || !r.Revoked.CompareAndSwap(false, true) {
 		return
 	}
-	p.log.Warn("worker no longer allowed by the task; run revoked", "key", r.key, "run_id", r.runID)
-	r.cancel(ErrRevoked)
+	p.log.Warn("worker no longer allowed by the task; run revoked", "key", r.Key, "run_id", r.RunID)
+	r.Cancel(p.causes.Revoked)
 }
 
 // lose cancels a run that this worker no longer holds. A run whose end is
 // being written is left to that write, which is fenced too and reports a
 // lost run itself.
-func (p *pinger) lose(r *activeRun, why string) {
-	if r.finished.Load() || !r.lost.CompareAndSwap(false, true) {
+func (p *Pinger) lose(r *Run, why string) {
+	if r.Finished.Load() || !r.Lost.CompareAndSwap(false, true) {
 		return
 	}
-	p.remove(r)
-	p.log.Warn("lease lost; handler cancelled", "key", r.key, "run_id", r.runID, "reason", why)
-	r.cancel(fmt.Errorf("%w: %s", ErrLeaseLost, why))
+	p.Remove(r)
+	p.log.Warn("lease lost; handler cancelled", "key", r.Key, "run_id", r.RunID, "reason", why)
+	r.Cancel(fmt.Errorf("%w: %s", p.causes.LeaseLost, why))
+}
+
+// Notify hears of what the pinger does, for the consumer's events.
+type Notify struct {
+	Renewed    func(r *Run)
+	PingFailed func(r *Run, err error)
+}
+
+// Causes are the causes a run's handler context is cancelled with.
+type Causes struct {
+	Cancelled, Revoked, LeaseLost error
+}
+
+// Len is how many runs the pinger holds.
+func (p *Pinger) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.runs)
 }

@@ -1,4 +1,4 @@
-package mscheduler
+package runend
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
@@ -31,15 +33,15 @@ import (
 // meanwhile; while other runs of this consumer are going, it waits up to
 // a window for more of them to end.
 
-// errWriteAlone tells a run end to write itself alone.
-var errWriteAlone = errors.New("run end left to be written alone")
+// ErrWriteAlone tells a run end to write itself alone.
+var ErrWriteAlone = errors.New("run end left to be written alone")
 
-type endRequest struct {
-	end   *runEnd
+type request struct {
+	end   *End
 	reply chan error // buffered 1; the loop answers every request it takes
 }
 
-type endBatcher struct {
+type Batcher struct {
 	coll         *mongo.Collection
 	workerID     string
 	max          int
@@ -47,8 +49,8 @@ type endBatcher struct {
 	writeTimeout time.Duration
 	going        func() int // the runs this consumer holds, read by the loop
 
-	queue chan *endRequest // unbuffered: a request sent is a request taken
-	done  chan struct{}    // closed when the loop has returned
+	queue chan *request // unbuffered: a request sent is a request taken
+	done  chan struct{} // closed when the loop has returned
 
 	// carried are statements of others (the historian's) to send with
 	// the next batch: added by them, taken by the loop or by them again.
@@ -56,10 +58,10 @@ type endBatcher struct {
 	carried   []mongo.WriteModel
 }
 
-// carry adds statements to send with the next batch, and says whether
+// Carry adds statements to send with the next batch, and says whether
 // none were waiting before. They need no answer: whoever carries them
 // takes back what is left (takeCarried) if no batch went in time.
-func (b *endBatcher) carry(models []mongo.WriteModel) (first bool) {
+func (b *Batcher) Carry(models []mongo.WriteModel) (first bool) {
 	b.carriedMu.Lock()
 	defer b.carriedMu.Unlock()
 	first = len(b.carried) == 0
@@ -67,20 +69,27 @@ func (b *endBatcher) carry(models []mongo.WriteModel) (first bool) {
 	return first
 }
 
-// takeCarried takes the statements carried and not sent yet.
-func (b *endBatcher) takeCarried() []mongo.WriteModel { return b.takeCarriedUpTo(-1) }
+// Carried is how many statements wait to ride with the next batch.
+func (b *Batcher) Carried() int {
+	b.carriedMu.Lock()
+	defer b.carriedMu.Unlock()
+	return len(b.carried)
+}
 
-// takeRiders takes the carried statements that ride with a batch of
+// TakeCarried takes the statements carried and not sent yet.
+func (b *Batcher) TakeCarried() []mongo.WriteModel { return b.takeCarriedUpTo(-1) }
+
+// TakeRiders takes the carried statements that ride with a batch of
 // ends run ends: as many as fill it up to its bound (EndBatchMax, or
-// maxPullStatements if larger), no more.
-func (b *endBatcher) takeRiders(ends int) []mongo.WriteModel {
-	return b.takeCarriedUpTo(max(b.max, maxPullStatements) - ends)
+// query.MaxStatements if larger), no more.
+func (b *Batcher) TakeRiders(ends int) []mongo.WriteModel {
+	return b.takeCarriedUpTo(max(b.max, query.MaxStatements) - ends)
 }
 
 // takeCarriedUpTo takes at most n of the statements carried (all of them
 // if n is negative); the rest wait for the next batch, or for whoever
 // carried them.
-func (b *endBatcher) takeCarriedUpTo(n int) []mongo.WriteModel {
+func (b *Batcher) takeCarriedUpTo(n int) []mongo.WriteModel {
 	b.carriedMu.Lock()
 	defer b.carriedMu.Unlock()
 	if n < 0 || n > len(b.carried) {
@@ -94,27 +103,50 @@ func (b *endBatcher) takeCarriedUpTo(n int) []mongo.WriteModel {
 	return out
 }
 
-func newEndBatcher(coll *mongo.Collection, workerID string, maxBatch int, window, writeTimeout time.Duration, going func() int) *endBatcher {
-	return &endBatcher{coll: coll, workerID: workerID, max: maxBatch, window: window, writeTimeout: writeTimeout, going: going,
-		queue: make(chan *endRequest), done: make(chan struct{})}
+// NewBatcher makes the batcher of a worker's run ends: at most maxBatch a
+// command; while going (the runs the worker holds) says more may end, a
+// batch waits up to window for them; each command is bounded by
+// writeTimeout. Its Loop must run for Write to be answered.
+func NewBatcher(coll *mongo.Collection, workerID string, maxBatch int, window, writeTimeout time.Duration, going func() int) *Batcher {
+	return &Batcher{coll: coll, workerID: workerID, max: maxBatch, window: window, writeTimeout: writeTimeout, going: going,
+		queue: make(chan *request), done: make(chan struct{})}
 }
 
-// write writes e within a batch. It returns nil once applied, errRunGone
-// if the run lost its slot, errWriteAlone when e must be written alone,
+// Write writes e within a batch. It returns nil once applied, ErrGone
+// if the run lost its slot, ErrWriteAlone when e must be written alone,
 // or the error of the batch's command.
-func (b *endBatcher) write(e *runEnd) error {
-	req := &endRequest{end: e, reply: make(chan error, 1)}
+func (b *Batcher) Write(e *End) error {
+	req := &request{end: e, reply: make(chan error, 1)}
 	select {
 	case b.queue <- req:
 		return <-req.reply // the loop bounds its command by writeTimeout
 	case <-b.done:
-		return errWriteAlone
+		return ErrWriteAlone
 	}
 }
 
-// loop writes batches until ctx is done; by then no run end is waiting
+// WriteTogether writes ends in one batch at once, without the loop, and
+// returns each end's outcome as Write does; an end the batch leaves to be
+// written alone is written alone.
+func (b *Batcher) WriteTogether(ctx context.Context, ends []*End) []error {
+	batch := make([]*request, len(ends))
+	for i, e := range ends {
+		batch[i] = &request{end: e, reply: make(chan error, 1)}
+	}
+	b.flush(ctx, batch)
+	out := make([]error, len(batch))
+	for i, req := range batch {
+		out[i] = <-req.reply
+		if errors.Is(out[i], ErrWriteAlone) {
+			out[i] = req.end.Write(ctx, b.coll)
+		}
+	}
+	return out
+}
+
+// Loop writes batches until ctx is done; by then no run end is waiting
 // (Stop ends it after the runs).
-func (b *endBatcher) loop(ctx context.Context) {
+func (b *Batcher) Loop(ctx context.Context) {
 	defer close(b.done)
 	for {
 		select {
@@ -128,8 +160,8 @@ func (b *endBatcher) loop(ctx context.Context) {
 
 // collect gathers a batch: every request already waiting and, while other
 // runs may end soon, those that come within the window.
-func (b *endBatcher) collect(ctx context.Context, first *endRequest) []*endRequest {
-	batch := []*endRequest{first}
+func (b *Batcher) collect(ctx context.Context, first *request) []*request {
+	batch := []*request{first}
 	var timeout <-chan time.Time
 	for len(batch) < b.max {
 		select {
@@ -159,7 +191,7 @@ func (b *endBatcher) collect(ctx context.Context, first *endRequest) []*endReque
 }
 
 // flush writes a batch and answers each of its requests.
-func (b *endBatcher) flush(ctx context.Context, batch []*endRequest) {
+func (b *Batcher) flush(ctx context.Context, batch []*request) {
 	answered := make([]bool, len(batch))
 	answer := func(i int, err error) {
 		if !answered[i] {
@@ -169,7 +201,7 @@ func (b *endBatcher) flush(ctx context.Context, batch []*endRequest) {
 	}
 	defer func() {
 		for i := range batch {
-			answer(i, errWriteAlone)
+			answer(i, ErrWriteAlone)
 		}
 	}()
 	if len(batch) == 1 {
@@ -189,8 +221,8 @@ func (b *endBatcher) flush(ctx context.Context, batch []*endRequest) {
 	// Carried statements go last, so that the indexes of the run ends'
 	// are their own; they match too unless their task was deleted, and
 	// then the read sorts the run ends out as after any miss. They fill
-	// the batch up to its bound, no further: see maxPullStatements.
-	models = append(models, b.takeRiders(len(models))...)
+	// the batch up to its bound, no further: see query.MaxStatements.
+	models = append(models, b.TakeRiders(len(models))...)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.writeTimeout)
 	defer cancel()
 	res, err := b.coll.BulkWrite(wctx, models, options.BulkWrite().SetOrdered(false))
@@ -205,7 +237,7 @@ func (b *endBatcher) flush(ctx context.Context, batch []*endRequest) {
 		// Statements refused on what their task holds. The read tells
 		// which were applied, whatever the error's indexes say (the
 		// development server reports them wrong, and stops at the first).
-	case err != nil && unwritable(err):
+	case err != nil && Unwritable(err):
 		return // a refusal of the whole command: each run end meets it alone
 	case err != nil:
 		err = fmt.Errorf("mscheduler: end %d runs: %w", len(models), err)
@@ -219,14 +251,14 @@ func (b *endBatcher) flush(ctx context.Context, batch []*endRequest) {
 
 // sortOut reads the tasks of a batch that did not all match and answers
 // each request with what happened to its run.
-func (b *endBatcher) sortOut(ctx context.Context, batch []*endRequest, index []int, answer func(int, error)) {
+func (b *Batcher) sortOut(ctx context.Context, batch []*request, index []int, answer func(int, error)) {
 	keys := make(bson.A, 0, len(index))
-	proj := append(taskstate.RefreshProjection(), bson.E{Key: holderPath(b.workerID, hRun), Value: 1})
+	proj := append(taskstate.RefreshProjection(), bson.E{Key: stored.HolderPath(b.workerID, stored.HRun), Value: 1})
 	for _, i := range index {
 		e := batch[i].end
 		keys = append(keys, e.ID)
 	}
-	tasks, err := readByKey(ctx, b.coll, keys, proj)
+	tasks, err := query.ByID(ctx, b.coll, keys, proj)
 	if err != nil {
 		for _, i := range index {
 			answer(i, err)
@@ -235,56 +267,22 @@ func (b *endBatcher) sortOut(ctx context.Context, batch []*endRequest, index []i
 	}
 	for _, i := range index {
 		e := batch[i].end
-		raw := tasks[e.key]
-		run, _ := raw.Lookup(fHolders, b.workerID, hRun).StringValueOK()
+		raw := tasks[e.Key]
+		run, _ := raw.Lookup(stored.FHolders, b.workerID, stored.HRun).StringValueOK()
 		switch {
 		case raw != nil && run == e.Record.RunID:
 			// Still held: alone, it starts from the state just read (and
 			// meets there the refusal of a statement the server refused).
 			if prob := e.Refresh(raw); prob != nil {
-				answer(i, &unreadableError{key: e.key, prob: prob})
+				answer(i, &Unreadable{Key: e.Key, Problem: prob})
 			} else {
-				answer(i, errWriteAlone)
+				answer(i, ErrWriteAlone)
 			}
 		default:
 			// Applied, or taken by another worker: the task's record of
 			// the run tells (a sweep's expiry marks the run too, maybe in
 			// the very same millisecond).
-			answer(i, e.goneOrApplied(ctx, b.coll))
+			answer(i, e.GoneOrApplied(ctx, b.coll))
 		}
 	}
-}
-
-// readByKey reads the tasks of keys with projection proj, by key.
-func readByKey(ctx context.Context, coll *mongo.Collection, keys bson.A, proj bson.D) (map[string]bson.Raw, error) {
-	raws, err := findAll(ctx, coll, bson.D{{Key: fID, Value: op("$in", keys)}}, nil, proj, len(keys))
-	if err != nil {
-		return nil, fmt.Errorf("mscheduler: read tasks: %w", err)
-	}
-	out := make(map[string]bson.Raw, len(raws))
-	for _, raw := range raws {
-		if key, ok := raw.Lookup(fID).StringValueOK(); ok {
-			out[key] = raw
-		}
-	}
-	return out, nil
-}
-
-// findAll reads at most limit documents in one reply, with no getMore: a
-// batch one larger than the limit (the development server leaves a cursor
-// open after a reply that is exactly full).
-func findAll(ctx context.Context, coll *mongo.Collection, filter, sort, proj bson.D, limit int) ([]bson.Raw, error) {
-	opts := options.Find().SetProjection(proj).SetLimit(int64(limit)).SetBatchSize(int32(limit + 1))
-	if sort != nil {
-		opts.SetSort(sort)
-	}
-	cur, err := coll.Find(ctx, filter, opts)
-	if err != nil {
-		return nil, err
-	}
-	var raws []bson.Raw
-	if err := cur.All(ctx, &raws); err != nil {
-		return nil, err
-	}
-	return raws, nil
 }

@@ -1,0 +1,58 @@
+package mscheduler
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// TestCountPeersRanks: a consumer's rank is how many consumers alive have
+// a worker id before its own; lapsed ones and values not dates do not
+// count, and are returned as gone.
+func TestCountPeersRanks(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	raw, err := bson.Marshal(bson.D{{Key: "seen", Value: bson.D{
+		{Key: "c", Value: now}, {Key: "a", Value: now.Add(-time.Second)}, {Key: "e", Value: now},
+		{Key: "b", Value: now.Add(-time.Hour)}, {Key: "d", Value: "yesterday"},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alive := window{now.Add(-time.Minute), now.Add(time.Minute)}
+	for self, want := range map[string]int{"a": 0, "c": 1, "e": 2, "zz": 3} {
+		view := countPeers(raw, alive, self)
+		if view.alive != 3 || view.rank != want || fmt.Sprint(view.gone) != "[b d]" {
+			t.Errorf("as %s: alive %d, rank %d, gone %v; want 3, %d, [b d]", self, view.alive, view.rank, view.gone, want)
+		}
+	}
+}
+
+// TestGatheringWaitsForEndingRuns: with work waiting, a claim is held back
+// while runs of the consumer are writing their ends, even with half its
+// slots free (the runs of one batched end free their slots together), but
+// not past the window, and not without work waiting.
+func TestGatheringWaitsForEndingRuns(t *testing.T) {
+	c := &Consumer[int, int]{cfg: &ConsumerConfig{Capacity: 16, ClaimBatchMax: 64, ClaimBatchWindow: 5 * time.Millisecond}}
+	st := &claimState{backlog: true}
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	c.held.Store(4)
+	if c.gathering(st, now) {
+		t.Fatal("12 of 16 slots free and no run ending: held back")
+	}
+	c.ending.Store(2)
+	if !c.gathering(st, now) {
+		t.Fatal("2 runs writing their ends: not held back")
+	}
+	if !c.gathering(st, now.Add(4*time.Millisecond)) {
+		t.Fatal("held back for less than the window")
+	}
+	if c.gathering(st, now.Add(5*time.Millisecond)) {
+		t.Fatal("held back past the window")
+	}
+	st.backlog = false
+	if c.gathering(st, now.Add(6*time.Millisecond)) {
+		t.Fatal("held back with no work waiting")
+	}
+}

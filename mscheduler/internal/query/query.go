@@ -1,0 +1,109 @@
+// Package query holds the reads that mscheduler's machinery shares, shaped
+// for both MongoDB and the development server.
+package query
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
+)
+
+// MaxStatements bounds the statements of one update command that the
+// machinery sends (a batch of run ends with the history marks riding with
+// it, removals of history marks): FerretDB keeps a pool connection per
+// statement of an update until the command ends, and a command of more
+// statements than its pool holds (100 on SQLite) waits forever, and with it
+// every command behind it at the development server's front.
+const MaxStatements = 64
+
+// FindAll reads at most limit documents in one reply, with no getMore: a
+// batch one larger than the limit (the development server leaves a cursor
+// open after a reply that is exactly full). Each document is returned as
+// stored, for the gate to read.
+func FindAll(ctx context.Context, coll *mongo.Collection, filter, sort, proj bson.D, limit int) ([]bson.Raw, error) {
+	opts := options.Find().SetProjection(proj).SetLimit(int64(limit)).SetBatchSize(int32(limit + 1))
+	if sort != nil {
+		opts.SetSort(sort)
+	}
+	cur, err := coll.Find(ctx, filter, opts)
+	if err != nil {
+		return nil, err
+	}
+	var raws []bson.Raw
+	if err := cur.All(ctx, &raws); err != nil {
+		return nil, err
+	}
+	return raws, nil
+}
+
+// ByID reads the tasks of ids (their _id as read) with projection proj,
+// returned by key; a document whose _id is not a string is left out.
+func ByID(ctx context.Context, coll *mongo.Collection, ids bson.A, proj bson.D) (map[string]bson.Raw, error) {
+	raws, err := FindAll(ctx, coll, bson.D{{Key: stored.FID, Value: bson.D{{Key: "$in", Value: ids}}}}, nil, proj, len(ids))
+	if err != nil {
+		return nil, fmt.Errorf("mscheduler: read tasks: %w", err)
+	}
+	out := make(map[string]bson.Raw, len(raws))
+	for _, raw := range raws {
+		if key, ok := raw.Lookup(stored.FID).StringValueOK(); ok {
+			out[key] = raw
+		}
+	}
+	return out, nil
+}
+
+// DuplicateIndexes returns the indexes of ops that failed on a duplicate key,
+// and any other error.
+func DuplicateIndexes(err error) (map[int]bool, error) {
+	if err == nil {
+		return nil, nil
+	}
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil {
+		return nil, err
+	}
+	out := make(map[int]bool, len(bwe.WriteErrors))
+	for _, we := range bwe.WriteErrors {
+		if !mongo.IsDuplicateKeyError(we.WriteError) {
+			return nil, err
+		}
+		out[we.Index] = true
+	}
+	return out, nil
+}
+
+// CodeNotImplemented is the server error code for a feature it lacks.
+const CodeNotImplemented = 238
+
+// Caps remembers optional server features found missing, so that
+// each is tried once and then done without.
+type Caps struct {
+	// noModifyProjection is set once the server refused a projection on
+	// findAndModify (the development server does); from then on the whole
+	// document comes back. Written and read by any goroutine.
+	noModifyProjection atomic.Bool
+}
+
+// FindOneAndUpdate is coll.FindOneAndUpdate with projection applied where
+// the server supports it.
+func (c *Caps) FindOneAndUpdate(ctx context.Context, coll *mongo.Collection, filter, update any,
+	opts *options.FindOneAndUpdateOptionsBuilder, projection bson.D,
+) *mongo.SingleResult {
+	if c.noModifyProjection.Load() {
+		return coll.FindOneAndUpdate(ctx, filter, update, opts)
+	}
+	res := coll.FindOneAndUpdate(ctx, filter, update, opts.SetProjection(projection))
+	var se mongo.ServerError
+	if err := res.Err(); err != nil && errors.As(err, &se) && se.HasErrorCode(CodeNotImplemented) {
+		c.noModifyProjection.Store(true)
+		return coll.FindOneAndUpdate(ctx, filter, update, opts.SetProjection(nil))
+	}
+	return res
+}

@@ -1,0 +1,159 @@
+package runend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
+)
+
+// End writes the end of one run: the owner's transition (taskstate.End)
+// with the reads and retries around it.
+type End struct {
+	taskstate.End
+	Key string // the task key, for messages
+}
+
+// tryLikely writes the likely case alone and reports whether it matched.
+func (e *End) tryLikely(ctx context.Context, coll *mongo.Collection) (bool, error) {
+	c, ok := e.Likely()
+	if !ok {
+		return false, nil
+	}
+	res, err := coll.UpdateOne(ctx, e.Filter(c), e.Update(c))
+	if err != nil {
+		return false, err
+	}
+	return res.MatchedCount > 0, nil
+}
+
+// ErrGone says the run no longer holds its slot: its lease was lost.
+var ErrGone = errors.New("run no longer holds its slot")
+
+// maxEndTries is how often a run end is rebuilt at once after concurrent
+// writes moved the task between cases; past it, each try waits a moment so
+// that the writers moving it fall out of step.
+const maxEndTries = 5
+
+// Write applies the run end. It returns ErrGone when the fence matches
+// nothing: another worker took the slot, and nothing was written. It tries
+// until it succeeds or ctx ends.
+func (e *End) Write(ctx context.Context, coll *mongo.Collection) error {
+	for try := 0; ; try++ {
+		done, err := e.tryLikely(ctx, coll)
+		if err != nil {
+			return fmt.Errorf("mscheduler: end run %s of %q: %w", e.Record.RunID, e.Key, err)
+		}
+		if done {
+			return nil
+		}
+		held, err := e.reread(ctx, coll)
+		if err != nil {
+			return err
+		}
+		if !held {
+			return e.GoneOrApplied(ctx, coll)
+		}
+		if try >= maxEndTries {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("mscheduler: end run %s of %q: the task kept changing: %w", e.Record.RunID, e.Key, ctx.Err())
+			case <-time.After(time.Duration(float64(10*time.Millisecond) * (0.8 + 0.4*rand.Float64()))):
+			}
+		}
+	}
+}
+
+// GoneOrApplied tells, once the run no longer holds its slot, whether an
+// earlier try of this very write was applied (its reply lost or late) or
+// another worker took the slot. The task keeps the record of each run it
+// ended (the most recent RunsKept): this end's, with its outcome and
+// finish time, says it applied; another record of the run (expired, by a
+// sweep whose clock may read the very same millisecond) says it was taken.
+// Only when the task kept no record of the run (more runs ended since
+// than it keeps) does the run's history mark decide, by its time.
+func (e *End) GoneOrApplied(ctx context.Context, coll *mongo.Collection) error {
+	proj := bson.D{{Key: stored.FRuns, Value: 1}, {Key: stored.UnloggedPath(e.Record.RunID), Value: 1}}
+	raw, err := coll.FindOne(ctx, taskstate.ByID(e.ID), options.FindOne().SetProjection(proj)).Raw()
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return ErrGone
+	case err != nil:
+		return fmt.Errorf("mscheduler: read task %q: %w", e.Key, err)
+	}
+	for _, r := range stored.KeptRuns(raw) {
+		if r.RunID == e.Record.RunID {
+			if r.Outcome == e.Record.Outcome && r.Finished.Equal(e.Record.Finished) {
+				return nil
+			}
+			return ErrGone
+		}
+	}
+	if mark, ok := raw.Lookup(stored.FUnlogged, e.Record.RunID).TimeOK(); ok && mark.Equal(e.Record.Finished) {
+		return nil
+	}
+	return ErrGone
+}
+
+// reread reports whether the fence still matches, and refreshes the seen
+// state and max_failed_runs (an operator may have changed it). A field it
+// needs edited into the wrong type makes the end unwritable as it is.
+func (e *End) reread(ctx context.Context, coll *mongo.Collection) (bool, error) {
+	raw, err := coll.FindOne(ctx, e.Fence, options.FindOne().SetProjection(taskstate.RefreshProjection())).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("mscheduler: read task %q: %w", e.Key, err)
+	}
+	if prob := e.Refresh(raw); prob != nil {
+		return true, &Unreadable{Key: e.Key, Problem: prob}
+	}
+	return true, nil
+}
+
+// Unwritable reports an error with which the server refused a write
+// because of what the stored document holds (a field of the wrong type,
+// a document grown too large): sending the same write again cannot help.
+func Unwritable(err error) bool {
+	var u *Unreadable
+	if errors.As(err, &u) {
+		return true
+	}
+	var se mongo.ServerError
+	if !errors.As(err, &se) || mongo.IsNetworkError(err) || mongo.IsTimeout(err) {
+		return false
+	}
+	for _, code := range documentErrorCodes {
+		if se.HasErrorCode(code) {
+			return true
+		}
+	}
+	return false
+}
+
+// documentErrorCodes are the server error codes of a write refused because
+// of the stored document: TypeMismatch, BadValue (an array operator on a
+// non-array), PathNotViable (a field under a non-document),
+// BSONObjectTooLarge and the update results over 16 MiB, and the older
+// code of $push to a non-array.
+var documentErrorCodes = []int{14, 2, 28, 10334, 17419, 17420, 16837}
+
+// Unreadable is a task document that a write needed to read back and
+// could not decode: the problem names the field.
+type Unreadable struct {
+	Key     string
+	Problem *stored.Problem
+}
+
+func (e *Unreadable) Error() string {
+	return fmt.Sprintf("mscheduler: task %q: %v", e.Key, e.Problem)
+}
