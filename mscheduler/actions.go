@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/history"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
@@ -167,12 +168,9 @@ func (p *Producer[P]) cancelAndWait(ctx context.Context, doc *readTask) (*readTa
 	}
 }
 
-// deleteBatch bounds the tasks DeleteFinished removes per command.
-const deleteBatch = 500
-
 // DeleteFinished removes the tasks that finished (succeeded, failed,
 // finished or cancelled) more than olderThan ago, in batches of
-// deleteBatch, and returns how many it removed.
+// query.DeleteBatch, and returns how many it removed.
 func (p *Producer[P]) DeleteFinished(ctx context.Context, olderThan time.Duration) (int64, error) {
 	if olderThan < 0 {
 		return 0, invalid("olderThan", "must not be negative, got %s", olderThan)
@@ -180,46 +178,7 @@ func (p *Producer[P]) DeleteFinished(ctx context.Context, olderThan time.Duratio
 	if err := p.clock.Ensure(ctx, p.coll.Database()); err != nil {
 		return 0, err
 	}
-	return deleteInBatches(ctx, p.coll, taskstate.FinishedBefore(p.clock.Now().Add(-olderThan)))
-}
-
-// deleteInBatches deletes what filter selects, a batch of ids at a time,
-// each delete fenced on the filter still holding.
-func deleteInBatches(ctx context.Context, coll *mongo.Collection, filter bson.D) (int64, error) {
-	var total int64
-	for {
-		n, err := deleteBatchOnce(ctx, coll, filter)
-		total += n
-		if err != nil || n < deleteBatch {
-			return total, err
-		}
-	}
-}
-
-// deleteBatchOnce deletes up to deleteBatch documents that filter selects.
-func deleteBatchOnce(ctx context.Context, coll *mongo.Collection, filter bson.D) (int64, error) {
-	cur, err := coll.Find(ctx, filter, options.Find().SetLimit(deleteBatch).SetProjection(bson.D{{Key: fID, Value: 1}}))
-	if err != nil {
-		return 0, fmt.Errorf("mscheduler: delete from %s: %w", coll.Name(), err)
-	}
-	var ids []struct {
-		ID bson.RawValue `bson:"_id"`
-	}
-	if err := cur.All(ctx, &ids); err != nil {
-		return 0, fmt.Errorf("mscheduler: delete from %s: %w", coll.Name(), err)
-	}
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	in := make(bson.A, len(ids))
-	for i, id := range ids {
-		in[i] = id.ID
-	}
-	res, err := coll.DeleteMany(ctx, append(bson.D{{Key: fID, Value: op("$in", in)}}, filter...))
-	if err != nil {
-		return 0, fmt.Errorf("mscheduler: delete from %s: %w", coll.Name(), err)
-	}
-	return res.DeletedCount, nil
+	return query.DeleteAll(ctx, p.coll, taskstate.FinishedBefore(p.clock.Now().Add(-olderThan)), -1)
 }
 
 func isNotApplicable(err error) bool { return errors.Is(err, ErrNotApplicable) }

@@ -18,6 +18,7 @@ import (
 	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/upkeep"
 )
 
 // claimLease is the lease a claim stores (see taskstate.ClaimLease).
@@ -104,16 +105,16 @@ func (c *Consumer[P, R]) claimDue(st *claimState) bool {
 type claimState struct {
 	due        dueHeap // server times when something may become claimable or expire
 	skipped    skipList
-	sweepSkips sweepSkipList
+	sweepSkips upkeep.SweepSkips
 	pollAt     time.Time
 	sweepAt    time.Time
 	checkAt    time.Time
-	// maintainAt is the next try at the maintenance lease; ttl says the
-	// server deletes expired documents itself, once ttlKnown.
-	maintainAt    time.Time
-	ttl, ttlKnown bool
-	leases        leaseHint
-	peeked        bool // the timeout of the first claim's task was looked up
+	// maintainAt is the next try at the maintenance lease; ttl says
+	// whether the server deletes expired documents itself.
+	maintainAt time.Time
+	ttl        upkeep.TTL
+	leases     leaseHint
+	peeked     bool // the timeout of the first claim's task was looked up
 	// backlog says the last claim found work, so more may wait: the next
 	// claim takes every free slot it can. Otherwise it takes one.
 	backlog      bool
@@ -336,8 +337,8 @@ func (c *Consumer[P, R]) admit(raw bson.Raw, runID string, st *claimState) bool 
 func (c *Consumer[P, R]) quarantineClaimed(raw bson.Raw, runID string, prob *problem) {
 	ctx, cancel := c.writeCtx()
 	defer cancel()
-	q := newQuarantine(raw, prob, taskstate.FoundAtClaim).ending(c.cfg.WorkerID, runID, nil, time.Time{})
-	if _, err := c.quarantine(ctx, q); err != nil {
+	q := upkeep.NewQuarantine(raw, prob, taskstate.FoundAtClaim).Ending(c.cfg.WorkerID, runID, nil, time.Time{})
+	if _, err := c.upkeep.Quarantine(ctx, q); err != nil {
 		// The claim's lease lapses and a sweep ends it; the next claim of
 		// the task tries again.
 		c.loopError(ctx, err)
@@ -398,7 +399,11 @@ const maxUnconfirmed = 4 * ClaimBatchMaxDefault
 // findClaim looks for the task a claim with runID was applied to. Only
 // running tasks can hold it, which the claim index serves.
 func (c *Consumer[P, R]) findClaim(ctx context.Context, runID string) (bson.Raw, error) {
-	return readRaw(ctx, c.coll, bson.D{{Key: fStatus, Value: StatusRunning}, {Key: holderPath(c.cfg.WorkerID, hRun), Value: runID}})
+	raw, err := c.coll.FindOne(ctx, bson.D{{Key: fStatus, Value: StatusRunning}, {Key: holderPath(c.cfg.WorkerID, hRun), Value: runID}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	return raw, err
 }
 
 // confirmLostClaims looks again, in one query, for claims whose reply was
@@ -482,9 +487,9 @@ func (c *Consumer[P, R]) refused(ctx context.Context, st *claimState, filter bso
 	key := describeID(raw)
 	prob := inspect(raw)
 	if prob == nil {
-		prob = &problem{Field: "(document)", Reason: "cannot be claimed: " + serverMessage(cause)}
+		prob = &problem{Field: "(document)", Reason: "cannot be claimed: " + upkeep.ServerMessage(cause)}
 	}
-	if _, err := c.quarantine(ctx, newQuarantine(raw, prob, taskstate.FoundAtRefusal)); err != nil {
+	if _, err := c.upkeep.Quarantine(ctx, upkeep.NewQuarantine(raw, prob, taskstate.FoundAtRefusal)); err != nil {
 		st.skipped.add(key, c.clock.Now().Add(skipFor))
 		c.log.Error("task cannot be claimed nor set invalid; skipping it for a while", "key", key, "error", err, "skip_for", skipFor)
 		c.emit(Event{Kind: EventError, Key: key, Err: fmt.Errorf("mscheduler: task %q cannot be claimed (%v), skipped for %s: %w", key, prob, skipFor, err)})

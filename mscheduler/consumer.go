@@ -22,6 +22,7 @@ import (
 	"github.com/mscheduler/mscheduler/mscheduler/internal/history"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/upkeep"
 )
 
 // Handler executes one run of a task. It returns the run's result, stored in
@@ -420,7 +421,8 @@ type Consumer[P, R any] struct {
 	pinger  *lease.Pinger
 	ends    *runend.Batcher // nil when run ends are written alone
 	history *history.Historian
-	wakeCh  chan struct{} // buffered 1: something may have become claimable
+	upkeep  *upkeep.Worker // the quarantine, sweeps, the check and maintenance
+	wakeCh  chan struct{}  // buffered 1: something may have become claimable
 	// slotFreed, buffered 1: a run is over, its slot free (see
 	// slotFreedWake).
 	slotFreed chan struct{}
@@ -500,6 +502,27 @@ func NewConsumer[P, R any](coll *mongo.Collection, handler Handler[P, R], cfg *C
 		con.log.Warn("run history not written yet; the maintenance pass will", "error", err)
 		con.emit(Event{Kind: EventError, Err: err})
 	}, carrier, con.busy)
+	con.upkeep = &upkeep.Worker{
+		Coll: con.coll, ID: c.WorkerID, Clock: con.clock, RunsKept: c.RunsKept, Retention: c.Retention.policy(),
+		History: con.history, Log: con.log, Inspect: inspect, Advance: newPlanAdvance,
+		Report: upkeep.Report{
+			Invalid: func(key, runID, workerID string, err error) {
+				con.emit(Event{Kind: EventInvalid, Key: key, RunID: runID, WorkerID: workerID, Err: err})
+			},
+			Expired: func(key, runID, workerID string) {
+				local.ended(namespaceOf(con.coll), key)
+				con.emit(Event{Kind: EventExpired, Key: key, RunID: runID, WorkerID: workerID})
+			},
+			Error: func(err error) {
+				ctx := con.fetchCtx // set by Start; a worker driven step by step has none
+				if ctx == nil {
+					ctx = context.Background()
+				}
+				con.loopError(ctx, err)
+			},
+			Wake: con.wake,
+		},
+	}
 	return con, nil
 }
 

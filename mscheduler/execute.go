@@ -14,6 +14,7 @@ import (
 	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/upkeep"
 )
 
 // startRun starts the goroutine that executes a claimed run. The claim loop
@@ -237,7 +238,7 @@ func (c *Consumer[P, R]) reportEnd(r *lease.Run, end *runend.End, ev Event) {
 func (c *Consumer[P, R]) endUnwritable(r *lease.Run, end *runend.End, cause error) {
 	ctx, cancel := context.WithTimeout(c.endCtx, c.cfg.WriteTimeout)
 	defer cancel()
-	raw, prob := problemOf(ctx, c.coll, end.Fence, cause)
+	raw, prob := c.upkeep.ProblemOf(ctx, end.Fence, cause)
 	if raw == nil {
 		c.emit(Event{Kind: EventLeaseLost, Key: r.Key, RunID: r.RunID, Err: ErrLeaseLost})
 		return
@@ -245,8 +246,8 @@ func (c *Consumer[P, R]) endUnwritable(r *lease.Run, end *runend.End, cause erro
 	rec := end.Record
 	rec.Result = bson.RawValue{}
 	rec.Error = cutText(rec.Error, 512) // the note must fit where the record did not
-	q := newQuarantine(raw, prob, taskstate.FoundAtRunEnd).ending(end.WorkerID, rec.RunID, &rec, time.Time{})
-	ok, err := c.quarantine(ctx, q)
+	q := upkeep.NewQuarantine(raw, prob, taskstate.FoundAtRunEnd).Ending(end.WorkerID, rec.RunID, &rec, time.Time{})
+	ok, err := c.upkeep.Quarantine(ctx, q)
 	if ok {
 		c.history.Add(r.Key, rec)
 		local.ended(namespaceOf(c.coll), r.Key)

@@ -199,20 +199,20 @@ func (w *Worker) Die() { clear(w.runs) }
 // does.
 func (w *Worker) Sweep(ctx context.Context) error {
 	now := w.Now()
-	_, err := w.c.sweep(ctx, w.st, now, now)
+	_, err := w.c.upkeep.Sweep(ctx, &w.st.sweepSkips, now, now)
 	return err
 }
 
 // Check runs the periodic check of unclaimable documents once.
 func (w *Worker) Check(ctx context.Context) error {
-	_, err := w.c.check(ctx, w.Now())
+	_, err := w.c.upkeep.Check(ctx, w.Now())
 	return err
 }
 
 // Maintain runs one maintenance pass: retention deletes and the history
 // records left unwritten.
 func (w *Worker) Maintain(ctx context.Context) {
-	w.c.maintain(ctx, w.Now(), w.st)
+	w.c.upkeep.Maintain(ctx, w.Now(), &w.st.ttl)
 }
 
 // machineLog discards a worker's logs unless MSCHEDULER_TEST_LOG is set.

@@ -12,6 +12,7 @@ import (
 	"github.com/mscheduler/mscheduler/mscheduler/internal/claimchoice"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/history"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/upkeep"
 )
 
 // HotQuery is one of the library's hot-path queries as an explain command.
@@ -47,7 +48,7 @@ func HotQueries(coll string, now time.Time) []HotQuery {
 		{Name: "next due task (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: taskstate.Claimant{WorkerID: worker}.Future(now)},
 			{Key: "sort", Value: bson.D{{Key: fRunAt, Value: 1}}}, {Key: "limit", Value: 1}}},
 		{Name: "sweep (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: fNextExpiry, Value: op("$lte", now)}}},
-			{Key: "sort", Value: bson.D{{Key: fNextExpiry, Value: 1}}}, {Key: "limit", Value: sweepBatch}}},
+			{Key: "sort", Value: bson.D{{Key: fNextExpiry, Value: 1}}}, {Key: "limit", Value: upkeep.SweepBatch}}},
 		{Name: "ping (findAndModify)", Explain: bson.D{{Key: "findAndModify", Value: coll}, {Key: "query", Value: taskstate.RunFence(id, worker, run)},
 			{Key: "update", Value: bson.D{{Key: "$set", Value: bson.D{{Key: holderPath(worker, hLeaseUntil), Value: now}}}}}}},
 		{Name: "run end (update)", Explain: bson.D{{Key: "update", Value: coll}, {Key: "updates", Value: bson.A{
@@ -57,7 +58,7 @@ func HotQueries(coll string, now time.Time) []HotQuery {
 			bson.D{{Key: "q", Value: bson.D{{Key: fID, Value: key}}}, {Key: "u", Value: bson.D{{Key: "$setOnInsert", Value: bson.D{{Key: fKey, Value: key}}}}}, {Key: "upsert", Value: true}},
 		}}}},
 		{Name: "filter by tag (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: fTags, Value: "reports"}}}}},
-		{Name: "check for unclaimable documents (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: taskstate.Audit(now)}, {Key: "limit", Value: checkBatch}}},
+		{Name: "check for unclaimable documents (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: taskstate.Audit(now)}, {Key: "limit", Value: upkeep.CheckBatch}}},
 		{Name: "lost claim lookup (find)", Explain: bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: fStatus, Value: StatusRunning}, {Key: holderPath(worker, hRun), Value: run}}}}},
 		{Name: "expire (update)", Explain: bson.D{{Key: "update", Value: coll}, {Key: "updates", Value: bson.A{
 			bson.D{{Key: "q", Value: taskstate.LeaseFence(id, worker, run, now)}, {Key: "u", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: fRev, Value: 1}}}}}},

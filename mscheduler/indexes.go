@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/history"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/upkeep"
 )
 
 // indexModels are the indexes the library's queries need, each named for
@@ -68,7 +69,7 @@ const (
 // expireIndex deletes finished tasks and run records at their expire_at,
 // where the server has TTL indexes; without them it serves the maintenance
 // pass that deletes them.
-const expireIndex = "expire"
+const expireIndex = upkeep.ExpireIndex
 
 // ensureExpireIndex creates the expire_at index of coll as a TTL index, or
 // as a plain one on a server without TTL indexes (the development server

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/upkeep"
 )
 
 // Schema versions. Version 1 was the first layout; version 2 added plans,
@@ -45,9 +46,7 @@ func (e *SchemaError) Error() string {
 func (e *SchemaError) Is(target error) bool { return target == ErrSchema }
 
 // metaCollection holds a task collection's own metadata, beside it.
-func metaCollection(coll *mongo.Collection) *mongo.Collection {
-	return coll.Database().Collection(coll.Name() + ".meta")
-}
+func metaCollection(coll *mongo.Collection) *mongo.Collection { return upkeep.MetaCollection(coll) }
 
 const schemaMetaID = stored.SchemaID
 

@@ -107,3 +107,48 @@ func (c *Caps) FindOneAndUpdate(ctx context.Context, coll *mongo.Collection, fil
 	}
 	return res
 }
+
+// DeleteBatch bounds the documents one delete command removes.
+const DeleteBatch = 500
+
+// DeleteAll deletes what filter selects, a batch of DeleteBatch ids at a
+// time, each delete fenced on the filter still holding, in at most batches
+// commands (a negative number: until none is left). It returns how many it
+// deleted.
+func DeleteAll(ctx context.Context, coll *mongo.Collection, filter bson.D, batches int) (int64, error) {
+	var total int64
+	for i := 0; batches < 0 || i < batches; i++ {
+		n, err := deleteOnce(ctx, coll, filter)
+		total += n
+		if err != nil || n < DeleteBatch {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// deleteOnce deletes up to DeleteBatch documents that filter selects.
+func deleteOnce(ctx context.Context, coll *mongo.Collection, filter bson.D) (int64, error) {
+	cur, err := coll.Find(ctx, filter, options.Find().SetLimit(DeleteBatch).SetProjection(bson.D{{Key: stored.FID, Value: 1}}))
+	if err != nil {
+		return 0, fmt.Errorf("mscheduler: delete from %s: %w", coll.Name(), err)
+	}
+	var ids []struct {
+		ID bson.RawValue `bson:"_id"`
+	}
+	if err := cur.All(ctx, &ids); err != nil {
+		return 0, fmt.Errorf("mscheduler: delete from %s: %w", coll.Name(), err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	in := make(bson.A, len(ids))
+	for i, id := range ids {
+		in[i] = id.ID
+	}
+	res, err := coll.DeleteMany(ctx, append(bson.D{{Key: stored.FID, Value: bson.D{{Key: "$in", Value: in}}}}, filter...))
+	if err != nil {
+		return 0, fmt.Errorf("mscheduler: delete from %s: %w", coll.Name(), err)
+	}
+	return res.DeletedCount, nil
+}

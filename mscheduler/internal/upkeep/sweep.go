@@ -1,0 +1,207 @@
+package upkeep
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
+)
+
+// SweepBatch bounds the tasks one sweep looks at.
+const SweepBatch = 50
+
+// sweepSkipFor is how long a sweep leaves out a task on which none of its
+// writes applied (it changed between the read and the write, over and
+// over): so that no set of such tasks fills every batch and keeps the
+// sweep from the others.
+const sweepSkipFor = time.Minute
+
+// next_expiry is a lower bound of the leases held on a task: a claim lowers
+// it with $min, a ping of the only holder sets it exactly, and pings of
+// tasks with several holders leave it behind. A sweep therefore finds every
+// task where a lease may have lapsed with one indexed range query, frees
+// the runs whose lease really lapsed, and raises a stale bound. Every task
+// it reads leaves its range: its lapsed runs expired, its bound raised or
+// removed, or, when it cannot be swept as stored, set invalid.
+
+// Sweep reads, with one query, the tasks whose next_expiry falls before
+// horizon, earliest first; frees the runs whose lease lapsed before now; and
+// returns the earliest next_expiry still ahead, when the next sweep is due.
+func (w *Worker) Sweep(ctx context.Context, skips *SweepSkips, now, horizon time.Time) (time.Time, error) {
+	opts := options.Find().
+		SetSort(bson.D{{Key: stored.FNextExpiry, Value: 1}}).
+		SetLimit(SweepBatch).
+		SetProjection(bson.D{{Key: stored.FRuns, Value: 0}, {Key: stored.FParams, Value: 0}})
+	filter := bson.D{{Key: stored.FNextExpiry, Value: taskstate.Op("$lte", horizon)}}
+	if skipped := skips.ids(now); len(skipped) > 0 {
+		filter = append(filter, bson.E{Key: stored.FID, Value: taskstate.Op("$nin", skipped)})
+	}
+	cur, err := w.Coll.Find(ctx, filter, opts)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("mscheduler: sweep: %w", err)
+	}
+	var raws []bson.Raw
+	if err := cur.All(ctx, &raws); err != nil {
+		return time.Time{}, fmt.Errorf("mscheduler: sweep: %w", err)
+	}
+	progress := false
+	for _, raw := range raws {
+		if next, ok := raw.Lookup(stored.FNextExpiry).TimeOK(); ok && !next.Before(now) {
+			return next, nil
+		}
+		wrote, err := w.sweepTask(ctx, raw, now)
+		if err != nil {
+			w.Report.Error(err)
+		}
+		if !wrote {
+			skips.add(raw.Lookup(stored.FID), now.Add(sweepSkipFor))
+		}
+		progress = progress || wrote
+	}
+	if len(raws) == SweepBatch && progress {
+		return now, nil // a full batch of lapsed leases: sweep again at once
+	}
+	return time.Time{}, nil
+}
+
+// sweepTask expires the task's lapsed runs, or raises its stale
+// next_expiry, or sets it invalid when it cannot be swept as stored. It
+// reports whether a write applied.
+func (w *Worker) sweepTask(ctx context.Context, raw bson.Raw, now time.Time) (bool, error) {
+	t, probs := stored.DecodeFields(raw)
+	for _, prob := range probs {
+		if prob.Field == stored.FHolders || strings.HasPrefix(prob.Field, stored.FHolders+".") || prob.Field == stored.WholeDocument {
+			// Its runs cannot be told apart: out of the sweep's range, set
+			// invalid. Its holders, if any live, end their runs themselves.
+			return w.Quarantine(ctx, NewQuarantine(raw, prob, taskstate.FoundAtSweep))
+		}
+	}
+	wrote, lapsed := false, 0
+	var earliest time.Time // the earliest lease still valid
+	for workerID, h := range t.Holders {
+		if lease := taskstate.EffectiveLease(h, stored.FromMS(t.WorkerTimeoutMS)); !lease.Before(now) {
+			if earliest.IsZero() || lease.Before(earliest) {
+				earliest = lease
+			}
+			continue
+		}
+		lapsed++
+		ok, err := w.expire(ctx, raw, t, workerID, h, now)
+		if err != nil {
+			w.Report.Error(err)
+		}
+		wrote = wrote || ok
+	}
+	if wrote {
+		// The task's next_expiry moved with the writes, or is still due:
+		// the next sweep sees the truth.
+		w.Report.Wake()
+		return true, nil
+	}
+	if lapsed == 0 {
+		return w.repairExpiry(ctx, raw, earliest)
+	}
+	return false, nil // every expiry missed: the task moved meanwhile
+}
+
+func expiredRecord(workerID string, h stored.Holder, lease, now time.Time, planned *time.Time) stored.RunRecord {
+	return stored.RunRecord{
+		RunID: h.Run, WorkerID: workerID, Started: h.Started, LeaseUntil: lease,
+		Finished: now, Outcome: stored.OutcomeExpired, Planned: planned,
+		Error: fmt.Sprintf("lease expired at %s: worker stopped pinging", lease.UTC().Format(time.RFC3339Nano)),
+	}
+}
+
+// expire records a lapsed run as expired and frees its slot, fenced on the
+// run and on its lease being the lapsed one read (no ping since). A task
+// whose run end the server refuses (a field of the wrong type) has the run
+// ended and is set invalid. It reports whether a write applied.
+func (w *Worker) expire(ctx context.Context, raw bson.Raw, t *stored.Task, workerID string, h stored.Holder, now time.Time) (bool, error) {
+	lease := taskstate.EffectiveLease(h, stored.FromMS(t.WorkerTimeoutMS))
+	end := &runend.End{Key: t.Key, End: taskstate.End{
+		ID:            t.RawID,
+		WorkerID:      workerID,
+		Fence:         taskstate.LeaseFence(t.RawID, workerID, h.Run, h.LeaseUntil),
+		Record:        expiredRecord(workerID, h, lease, now, t.Planned()),
+		MaxFailedRuns: t.MaxFailedRuns,
+		Seen:          taskstate.Seen{Status: t.Status, Running: t.Running, Free: t.Free, FailedRuns: t.FailedRuns},
+		Now:           now,
+		RunsKept:      w.RunsKept,
+		Retention:     w.Retention,
+		Advance:       w.Advance(t, h.Started, now),
+	}}
+	err := end.Write(ctx, w.Coll)
+	switch {
+	case errors.Is(err, runend.ErrGone): // the holder pinged, ended or was swept meanwhile
+		return false, nil
+	case runend.Unwritable(err):
+		_, prob := w.ProblemOf(ctx, end.Fence, err)
+		q := NewQuarantine(raw, prob, taskstate.FoundAtSweep).Ending(workerID, h.Run, &end.Record, h.LeaseUntil)
+		ok, qerr := w.Quarantine(ctx, q)
+		if ok {
+			w.History.Add(t.Key, end.Record)
+		}
+		return ok, qerr
+	case err != nil:
+		return false, err
+	}
+	w.History.Add(t.Key, end.Record)
+	w.Log.Info("run expired; slot freed", "key", t.Key, "run_id", h.Run, "holder", workerID)
+	w.Report.Expired(t.Key, h.Run, workerID)
+	return true, nil
+}
+
+// repairExpiry raises a stale next_expiry to the earliest lease still held,
+// or removes it from a task nobody holds (see taskstate.RepairExpiry). It
+// reports whether the write applied.
+func (w *Worker) repairExpiry(ctx context.Context, raw bson.Raw, earliest time.Time) (bool, error) {
+	filter, update := taskstate.RepairExpiry(raw.Lookup(stored.FID), raw.Lookup(stored.FRev), earliest)
+	res, err := w.Coll.UpdateOne(ctx, filter, update)
+	if err != nil {
+		return false, fmt.Errorf("mscheduler: sweep %s: %w", stored.IDString(raw.Lookup(stored.FID)), err)
+	}
+	return res.MatchedCount > 0, nil
+}
+
+// SweepSkips holds the tasks the sweep leaves out for a while, by _id
+// as read; it is bounded and forgets each entry when it expires. It
+// belongs to the claim loop.
+type SweepSkips []sweepSkip
+
+type sweepSkip struct {
+	id    bson.RawValue
+	until time.Time
+}
+
+func (l *SweepSkips) add(id bson.RawValue, until time.Time) {
+	if len(*l) >= maxSweepSkips {
+		*l = (*l)[1:]
+	}
+	*l = append(*l, sweepSkip{id, until})
+}
+
+// ids returns the _ids still left out at now, forgetting the others.
+func (l *SweepSkips) ids(now time.Time) bson.A {
+	left := (*l)[:0]
+	var out bson.A
+	for _, s := range *l {
+		if now.Before(s.until) {
+			left = append(left, s)
+			out = append(out, s.id)
+		}
+	}
+	*l = left
+	return out
+}
+
+// maxSweepSkips bounds the tasks the sweep leaves out at once; the oldest
+// make way.
+const maxSweepSkips = 100
