@@ -21,6 +21,7 @@ import (
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/history"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/peers"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/upkeep"
 )
@@ -422,7 +423,8 @@ type Consumer[P, R any] struct {
 	ends    *runend.Batcher // nil when run ends are written alone
 	history *history.Historian
 	upkeep  *upkeep.Worker // the quarantine, sweeps, the check and maintenance
-	wakeCh  chan struct{}  // buffered 1: something may have become claimable
+	peers   *peers.Registry
+	wakeCh  chan struct{} // buffered 1: something may have become claimable
 	// slotFreed, buffered 1: a run is over, its slot free (see
 	// slotFreedWake).
 	slotFreed chan struct{}
@@ -502,6 +504,7 @@ func NewConsumer[P, R any](coll *mongo.Collection, handler Handler[P, R], cfg *C
 		con.log.Warn("run history not written yet; the maintenance pass will", "error", err)
 		con.emit(Event{Kind: EventError, Err: err})
 	}, carrier, con.busy)
+	con.peers = &peers.Registry{Meta: metaCollection(con.coll), WorkerID: c.WorkerID, Groups: c.Groups, Log: con.log}
 	con.upkeep = &upkeep.Worker{
 		Coll: con.coll, ID: c.WorkerID, Clock: con.clock, RunsKept: c.RunsKept, Retention: c.Retention.policy(),
 		History: con.history, Log: con.log, Inspect: inspect, Advance: newPlanAdvance,
@@ -635,7 +638,7 @@ func (c *Consumer[P, R]) stop(ctx context.Context) error {
 func (c *Consumer[P, R]) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.WriteTimeout, time.Second))
 	defer cancel()
-	if err := c.forgetPeers(ctx, []string{c.cfg.WorkerID}, nil); err != nil {
+	if err := c.peers.Forget(ctx, []string{c.cfg.WorkerID}, nil); err != nil {
 		c.log.Debug("could not leave the consumers alive; the entry lapses", "error", err)
 	}
 }

@@ -29,7 +29,7 @@ func (c *Consumer[P, R]) maintainIfDue(ctx context.Context, st *claimState) {
 	if leader {
 		c.upkeep.Maintain(ctx, now, &st.ttl)
 		alive := c.aliveWindow(now)
-		if err := c.forgetPeers(ctx, st.peersGone, &alive); err != nil {
+		if err := c.peers.Forget(ctx, st.peersGone, &alive); err != nil {
 			c.loopError(ctx, err)
 		}
 	}

@@ -1,0 +1,95 @@
+package history_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/history"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
+)
+
+func TestMain(m *testing.M) { os.Exit(mschedulertest.Main(m)) }
+
+var keep = taskstate.Retention{Succeeded: time.Hour, Failed: time.Hour}
+
+// TestTheRealRecordReplacesAnUnknownOne: a record written for a run whose
+// task no longer kept its record (outcome unknown) yields to the real one,
+// written after it; a real one is never replaced.
+func TestTheRealRecordReplacesAnUnknownOne(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Millisecond)
+	unknown := history.Record("k", stored.RunRecord{RunID: "r1", Finished: now, Outcome: stored.OutcomeUnknown}, keep)
+	real := history.Record("k", stored.RunRecord{RunID: "r1", WorkerID: "w", Finished: now, Outcome: stored.OutcomeSucceeded}, keep)
+	other := history.Record("k", stored.RunRecord{RunID: "r1", Finished: now, Outcome: stored.OutcomeFailed}, keep)
+	for _, batch := range [][]stored.HistoryRecord{{unknown}, {real}, {other}, {unknown}} {
+		if err := history.Insert(ctx, history.Collection(coll), batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got stored.HistoryRecord
+	if err := history.Collection(coll).FindOne(ctx, bson.D{{Key: "_id", Value: "r1"}}).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Record.Outcome != stored.OutcomeSucceeded || got.Record.WorkerID != "w" {
+		t.Fatalf("history holds %+v, want the real (succeeded) record", got.Record)
+	}
+}
+
+// TestWriteMarkedReadsEachTaskAlone: the marks of a task whose runs is not
+// an array are written as unknown records, the others from the records
+// their tasks keep, and a mark younger than minAge is left to its worker.
+func TestWriteMarkedReadsEachTaskAlone(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Millisecond)
+	old, fresh := now.Add(-time.Minute), now.Add(-time.Second)
+	docs := []any{
+		bson.D{{Key: "_id", Value: "good"}, {Key: "unlogged", Value: bson.D{{Key: "g1", Value: old}, {Key: "g2", Value: fresh}}},
+			{Key: "runs", Value: bson.A{stored.RunRecord{RunID: "g1", Finished: old, Outcome: stored.OutcomeFailed}, stored.RunRecord{RunID: "g2", Finished: fresh, Outcome: stored.OutcomeSucceeded}}}},
+		bson.D{{Key: "_id", Value: "junk"}, {Key: "unlogged", Value: bson.D{{Key: "j1", Value: old}}}, {Key: "runs", Value: "junk"}},
+	}
+	if _, err := coll.InsertMany(ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	var raws []bson.Raw
+	for _, id := range []string{"good", "junk"} {
+		raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+		if err != nil {
+			t.Fatal(err)
+		}
+		raws = append(raws, raw)
+	}
+	n, err := history.WriteMarked(ctx, coll, raws, keep, now, 10*time.Second)
+	if err != nil || n != 2 {
+		t.Fatalf("WriteMarked = %d, %v; want the 2 old marks written", n, err)
+	}
+	outcomes := map[string]stored.Outcome{}
+	cur, err := history.Collection(coll).Find(ctx, bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []stored.HistoryRecord
+	if err := cur.All(ctx, &recs); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		outcomes[r.ID] = r.Record.Outcome
+	}
+	if outcomes["g1"] != stored.OutcomeFailed || outcomes["j1"] != stored.OutcomeUnknown || len(outcomes) != 2 {
+		t.Fatalf("history %v, want g1 failed and j1 unknown, g2 left to its worker", outcomes)
+	}
+	left, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: "good"}}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if marks := stored.Marks(left); len(marks) != 1 || marks["g2"].IsZero() {
+		t.Fatalf("marks left %v, want only g2's", marks)
+	}
+}
