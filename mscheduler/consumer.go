@@ -557,7 +557,7 @@ func (c *Consumer[P, R]) Start(ctx context.Context) error {
 	if err := c.clock.Ensure(ctx, c.coll.Database()); err != nil {
 		return err
 	}
-	if err := ensureSchema(ctx, c.coll); err != nil {
+	if err := ensureSchema(ctx, c.coll, c.log); err != nil {
 		return err
 	}
 	c.fetchCtx, c.fetchCancel = context.WithCancel(context.Background())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -95,7 +96,7 @@ func ensureExpireIndex(ctx context.Context, coll *mongo.Collection) (ttl bool, e
 // Indexes are created one per command: the development server fails a
 // createIndexes that names several existing indexes.
 func EnsureIndexes(ctx context.Context, coll *mongo.Collection) error {
-	if err := ensureSchema(ctx, coll); err != nil {
+	if err := ensureSchema(ctx, coll, slog.Default()); err != nil {
 		return err
 	}
 	if err := dropRetiredIndexes(ctx, coll); err != nil {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -210,7 +211,7 @@ func (p *Producer[P]) checkSchema(ctx context.Context) error {
 	if at != 0 && p.clock.Mono()-at < p.cfg.SchemaCheckInterval {
 		return nil
 	}
-	if err := ensureSchema(ctx, p.coll); err != nil {
+	if err := ensureSchema(ctx, p.coll, slog.Default()); err != nil {
 		return err
 	}
 	p.schemaChecked.Store(int64(max(p.clock.Mono(), 1)))

@@ -54,7 +54,7 @@ const schemaMetaID = stored.SchemaID
 // before writing anything, and migrates an older one. Every step is
 // idempotent, so workers starting together, or one killed mid-way and
 // started again, end in the same documents.
-func ensureSchema(ctx context.Context, coll *mongo.Collection) error {
+func ensureSchema(ctx context.Context, coll *mongo.Collection, log *slog.Logger) error {
 	meta := metaCollection(coll)
 	raw, err := meta.FindOne(ctx, bson.D{{Key: "_id", Value: schemaMetaID}}).Raw()
 	version := SchemaVersionOldest // no metadata: written by version 1, or empty
@@ -68,9 +68,9 @@ func ensureSchema(ctx context.Context, coll *mongo.Collection) error {
 			// Edited by hand: every migration step is idempotent, so the
 			// oldest version is safe to start from, and the document is
 			// written again whole.
-			slog.Default().Warn("the schema document of the collection's metadata cannot be read; migrating from the oldest version and writing it again",
+			log.Warn("the schema document of the collection's metadata cannot be read; migrating from the oldest version and writing it again",
 				"collection", coll.Name(), "field", prob.Field, "reason", prob.Reason)
-			return migrate(ctx, coll, meta, true)
+			return migrate(ctx, coll, meta, true, log)
 		}
 		version = v
 	}
@@ -80,7 +80,7 @@ func ensureSchema(ctx context.Context, coll *mongo.Collection) error {
 	if version == SchemaVersion {
 		return nil
 	}
-	return migrate(ctx, coll, meta, false)
+	return migrate(ctx, coll, meta, false, log)
 }
 
 // migrate moves every document to SchemaVersion, then records the version.
@@ -90,7 +90,7 @@ func ensureSchema(ctx context.Context, coll *mongo.Collection) error {
 //
 // A schema document that cannot be read (broken) is replaced whole,
 // fenced on its version still not being a number.
-func migrate(ctx context.Context, coll, meta *mongo.Collection, broken bool) error {
+func migrate(ctx context.Context, coll, meta *mongo.Collection, broken bool, log *slog.Logger) error {
 	filter, update := taskstate.Migrate()
 	if _, err := coll.UpdateMany(ctx, filter, update); err != nil {
 		return fmt.Errorf("mscheduler: migrate %s to schema version %d: %w", coll.Name(), SchemaVersion, err)
@@ -108,7 +108,7 @@ func migrate(ctx context.Context, coll, meta *mongo.Collection, broken bool) err
 		bson.D{{Key: "$max", Value: bson.D{{Key: "version", Value: SchemaVersion}}}, {Key: "$set", Value: bson.D{{Key: "updated_at", Value: now}}}},
 		options.UpdateOne().SetUpsert(true))
 	if mongo.IsDuplicateKeyError(err) { // another process created it meanwhile
-		return ensureSchema(ctx, coll)
+		return ensureSchema(ctx, coll, log)
 	}
 	if err != nil {
 		return fmt.Errorf("mscheduler: record schema version of %s: %w", coll.Name(), err)

@@ -1,8 +1,11 @@
-// Package soak holds a crash-and-restart soak test of mscheduler and its
-// worker runtime. It has no API; its code is its test, TestSoak:
+// Package soak holds crash-and-restart soak tests of mscheduler and its
+// worker runtime. It has no API; its code is its tests, TestSoak and
+// TestVandalSoak (below), and the history checker they share, package
+// histcheck:
 //
-//	go test -race ./worker/soak -run TestSoak -v              # short form: 150 tasks, 1.5-2.5 minutes
-//	go test -race ./worker/soak -run TestSoak -v -soak.long   # long form: 1,000 tasks, about 5 minutes
+//	go test -race ./worker/soak -run 'TestSoak$' -v           # short form: 150 tasks, 1.5-2.5 minutes
+//	go test -race ./worker/soak -run 'TestSoak$' -v -soak.long   # long form: 1,000 tasks, about 5 minutes
+//	go test -race ./worker/soak -run TestVandalSoak -v        # 102 tasks and a vandal, 1-1.5 minutes
 //
 // The soak starts its own development server (worker/devserver) in a
 // temporary directory on a fixed free port, unless MONGODB_URI names a
@@ -54,19 +57,20 @@
 //     leases were valid, and no worker ran two runs of one task at once:
 //     a run lasts from its first start line to its last end line, is cut at
 //     the lease_until of its record when it was recorded expired, and lasts
-//     until then when it never logged an end (its worker was killed). A run
-//     cut at its lease may overlap the next by up to 100 ms, the error of
-//     the workers' estimates of the server clock;
+//     until then when it never logged an end (its worker was killed); one
+//     recorded released that never logged an end is cut at its finish. A
+//     run cut at its lease may overlap the next by up to 100 ms, the error
+//     of the workers' estimates of the server clock (package histcheck);
 //  5. nothing is lost or stuck: no task holds a run or counts one as running,
 //     free == concurrency - running - succeeded, every run in the handler
 //     logs is recorded, a run that never logged its end is recorded expired
 //     or released, and a run recorded succeeded or failed is one whose
 //     handler logged that outcome last;
 //  6. the run history collection holds every run the tasks recorded, once,
-//     with the same outcome, and nothing else (before stopping the workers,
-//     the soak waits until no task marks a run whose history record is
-//     not written yet: those of killed workers are written by the
-//     maintenance lease holder).
+//     with the same outcome and key, and nothing else (package histcheck;
+//     before stopping the workers, the soak waits until no task marks a
+//     run whose history record is not written yet: those of killed workers
+//     are written by the maintenance lease holder).
 //
 // It ends with a summary: tasks by final state, runs by outcome, kills,
 // server restarts, duration and seed, and how far expired runs' handlers went
@@ -81,11 +85,83 @@
 // it, and it publishes the next wave once no more than a wave of unfinished
 // tasks is left.
 //
+// # TestVandalSoak
+//
+// TestVandalSoak runs the same server, worker pool (with CheckInterval 1 s,
+// so that the check for documents no claim can match runs within the test),
+// kills and loop over a smaller mix (102 tasks due over 30 s; no server
+// restart: the faults are the kills and the vandal), while a vandal edits
+// random fields of random documents by hand, as a person in mongosh or
+// Compass might, every 250-500 ms (its own generator, seeded from the
+// logged seed) until 6 s before the kills stop, so that workers start after
+// its last edit:
+//
+//   - tasks (half of the edits): status set to each real value (pending,
+//     running, succeeded, failed, finished, cancelled, invalid) and to
+//     "done", "", 0 or removed (each of them at least once: in the last
+//     10 s, every task edit sets one not set yet); a field of another type (a string for a
+//     number, a number for a string, a string for a date), an array or a
+//     document where a scalar goes (a string where an array or document
+//     goes), a field removed, group set to [{x: 1}]; a copy inserted
+//     without _id (an ObjectId clone) or under a new string _id with the old
+//     key; and, in the last 15 s only, a 1 MB string and a 10,000-element
+//     array in two documents (each slows every command of the development
+//     server by 25-30 ms);
+//   - history records in <coll>.runs: a field of another type, or removed;
+//   - <coll>.meta: the maintenance lease's lease_until a string or
+//     removed, or its content replaced by {junk: 1}; the schema document's
+//     version "2"; the consumers document's seen "x";
+//   - the soak's worker records in mscheduler.workers: heartbeat_ms 1e18,
+//     a field of another type, a field removed.
+//
+// It never sets paused and deletes nothing. Every edit is recorded with the
+// task it touched (a clone touches the task it copies, a history record the
+// task it names) and written to vandal.log in the log directory (and to the
+// test log when the test fails). While it runs, the test fails on:
+//
+//   - a lapsed lease still held: a task keeping a holder whose lease_until
+//     is older than the lease (2.5 s) + the SweepInterval + 15 s on two
+//     polls in a row (the slack covers a sweep every 2.4 s at most among
+//     four workers, a next_expiry the vandal broke, found by the check of a
+//     maintenance lease holder that may have just been killed, and the
+//     development server's queue, with other tests beside; the longest
+//     seen, under 9 s so far, is reported);
+//   - an error of the readers' API, each kind called every 3 s:
+//     Producer.List through every page by its After cursor (and every task
+//     there before the first page listed: nothing is deleted, and _ids do
+//     not change), Producer.Runs through every page,
+//     mscheduler.ListWorkers, the dashboard's pages for the collection
+//     (overview, tasks, invalid and running tasks, workers, schedules, a
+//     touched task, a clone, an untouched task: each must answer 200), and
+//     the operator command's list, history and workers (built once into a
+//     temporary directory);
+//   - a worker that exits on its own or does not become ready.
+//
+// Once every task is final or invalid with no run going (within 110 s of the
+// first publish) and the untouched tasks' history is written, it checks:
+//
+//   - the tasks the vandal never touched: TestSoak's checks 1-6 on them,
+//     their handler runs and their history records (but those the vandal
+//     edited);
+//   - the touched tasks and the clones: each ends succeeded, failed,
+//     finished, cancelled, or invalid with invalid.field set; with no
+//     holder, and running 0 unless it is invalid (holders edited into an
+//     array leave a count no holder backs);
+//   - the metadata: within 30 s, the maintenance lease has a string holder
+//     and a date lease_until, the schema version is a number, the consumers
+//     document's seen is a document;
+//   - the workers' WARN and ERROR log lines (their JSON lines, and the
+//     default logger's text lines): at most 600 in any minute. 30-70 are
+//     seen; the vandal's edits could explain about 500 at most (a line or
+//     two for each of up to 240 edits a minute, and the handlers' failures);
+//     a loop that fails over and over logs thousands.
+//
 // Flags (after the package path):
 //
-//	-soak.long         the long form
-//	-soak.seed N       seed of the task mix and the faults (default: from the clock)
+//	-soak.long         the long form of TestSoak
+//	-soak.seed N       seed of the task mix, the faults and the vandal (default: from the clock)
 //	-soak.dir DIR      keep the server data, handler logs and worker logs in DIR
+//	                   (TestVandalSoak: in DIR/vandal, with vandal.log)
 //	-soak.sweep D      the workers' SweepInterval (default 1s; see below)
 //
 // The workers' SweepInterval defaults to 1 s rather than 300 ms: a consumer

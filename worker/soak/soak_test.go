@@ -294,68 +294,87 @@ type faults struct {
 	downtime time.Duration
 }
 
-func TestSoak(t *testing.T) {
-	m := shortMix
-	form := "short"
-	if *longFlag {
-		m, form = longMix, "long"
-	}
+// soakEnv is what a soak sets up before its loop: the server, the
+// collection, the worker pool (every slot ready) and the task mix.
+type soakEnv struct {
+	seed     uint64
+	rng      *rand.Rand
+	began    time.Time
+	logDir   string
+	srv      *server // nil when the server is not the soak's own
+	uri      string
+	coll     *mongo.Collection
+	pool     *workerPool
+	producer *mscheduler.Producer[params]
+	tasks    []plannedTask
+	specs    map[string]spec
+}
+
+// setUp starts the server (unless MONGODB_URI names one), creates the
+// collection prefix_<seed>_<clock>, starts the workers with env's settings
+// (uri, db, coll and dir are filled in) and waits until all are ready, and
+// builds the task mix. what is logged with the seed. With -soak.dir, the
+// server data and the logs go in its subdirectory sub ("": the directory
+// itself), so that two soaks run by one command keep theirs apart.
+func setUp(t *testing.T, m mix, prefix, sub, what string, env workerEnv) *soakEnv {
+	t.Helper()
 	seed := *seedFlag
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
-	t.Logf("soak: %s form, %d tasks, seed %d (rerun with -soak.seed=%d), workers' SweepInterval %s", form, m.total(), seed, seed, *sweepFlag)
-	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
-	began := time.Now()
+	t.Logf("%s, seed %d (rerun with -soak.seed=%d), workers' SweepInterval %s", what, seed, seed, env.sweep)
+	e := &soakEnv{seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), began: time.Now()}
 
-	dir := *dirFlag
-	if dir == "" {
+	var dir string
+	if *dirFlag == "" {
 		dir = t.TempDir()
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
+	} else {
+		dir = filepath.Join(*dirFlag, sub)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	logDir := filepath.Join(dir, "logs")
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
+	e.logDir = filepath.Join(dir, "logs")
+	if err := os.MkdirAll(e.logDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 
-	var srv *server
-	uri := os.Getenv("MONGODB_URI")
-	if uri == "" {
-		srv = startServer(t, dir)
-		uri = srv.uri()
-		t.Logf("development server at %s, data in %s", uri, srv.dir)
+	e.uri = os.Getenv("MONGODB_URI")
+	if e.uri == "" {
+		e.srv = startServer(t, dir)
+		e.uri = e.srv.uri()
+		t.Logf("development server at %s, data in %s", e.uri, e.srv.dir)
 	} else {
 		t.Log("MONGODB_URI is set: the soak uses that server and skips the server-restart fault")
 	}
 
-	client, err := mongo.Connect(options.Client().ApplyURI(uri))
+	client, err := mongo.Connect(options.Client().ApplyURI(e.uri))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	coll := client.Database(soakDatabase).Collection(fmt.Sprintf("soak_%d_%d", seed%1_000_000, time.Now().UnixNano()%1_000_000))
-	if srv == nil && *dirFlag == "" {
-		t.Cleanup(func() { _ = coll.Drop(context.Background()) })
+	e.coll = client.Database(soakDatabase).Collection(fmt.Sprintf("%s_%d_%d", prefix, seed%1_000_000, time.Now().UnixNano()%1_000_000))
+	if e.srv == nil && *dirFlag == "" {
+		t.Cleanup(func() { _ = e.coll.Drop(context.Background()) })
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	err = mscheduler.EnsureIndexes(ctx, coll)
+	err = mscheduler.EnsureIndexes(ctx, e.coll)
 	cancel()
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	exe, err := os.Executable()
-	if err != nil {
+	if env.exe, err = os.Executable(); err != nil {
 		t.Fatal(err)
 	}
+	env.uri, env.db, env.coll, env.dir = e.uri, soakDatabase, e.coll.Name(), e.logDir
 	skews := make([]time.Duration, workers)
 	skews[skewedSlot] = clockSkew
-	pool := newWorkerPool(t, workerEnv{exe: exe, uri: uri, db: soakDatabase, coll: coll.Name(), dir: logDir, sweep: *sweepFlag}, skews)
+	e.pool = newWorkerPool(t, env, skews)
 	for slot := range workers {
-		pool.start(slot)
+		e.pool.start(slot)
 	}
-	for _, p := range pool.current() {
+	for _, p := range e.pool.current() {
 		select {
 		case <-p.ready:
 		case <-p.exited:
@@ -365,19 +384,25 @@ func TestSoak(t *testing.T) {
 		}
 	}
 
-	tasks, specs := buildTasks(m, rng)
-	producer, err := mscheduler.NewProducer[params](coll, &mscheduler.ProducerConfig{Defaults: mscheduler.TaskDefaults{Source: "soak"}})
-	if err != nil {
+	e.tasks, e.specs = buildTasks(m, e.rng)
+	if e.producer, err = mscheduler.NewProducer[params](e.coll, &mscheduler.ProducerConfig{Defaults: mscheduler.TaskDefaults{Source: "soak"}}); err != nil {
 		t.Fatal(err)
 	}
-	r := &run{t: t, m: m, rng: rng, coll: coll, producer: producer, pool: pool, srv: srv, specs: specs,
-		waves: slices.Collect(slices.Chunk(tasks, (len(tasks)+m.waves-1)/m.waves)), archived: map[string]*storedTask{}}
-	r.loop()
-	r.waitHistoryWritten()
+	return e
+}
 
-	// Every task is final: stop the workers gracefully, all at once.
+// newRun is the loop of a soak over e's task mix.
+func (e *soakEnv) newRun(t *testing.T, m mix) *run {
+	return &run{t: t, m: m, rng: e.rng, coll: e.coll, producer: e.producer, pool: e.pool, srv: e.srv, specs: e.specs,
+		waves: slices.Collect(slices.Chunk(e.tasks, (len(e.tasks)+m.waves-1)/m.waves)), archived: map[string]*storedTask{}}
+}
+
+// stopWorkers stops the workers gracefully, all at once, and reports any
+// incarnation that exited on its own.
+func (e *soakEnv) stopWorkers(t *testing.T) {
+	t.Helper()
 	var wg sync.WaitGroup
-	for _, p := range pool.current() {
+	for _, p := range e.pool.current() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -387,21 +412,20 @@ func TestSoak(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for _, p := range pool.incarnations() {
+	for _, p := range e.pool.incarnations() {
 		if p.unexpectedExit() {
 			t.Errorf("worker %s exited on its own: %v\n%s", p.id, p.err, p.stderrTail())
 		}
 	}
+}
 
-	docs := readTasks(t, coll)
-	for key, d := range r.archived {
-		if docs[key] == nil { // else its delete failed: the stored one is as good
-			docs[key] = d
-		}
-	}
+// handlerRuns reads the handler logs of every incarnation, and returns the
+// set of incarnations.
+func (e *soakEnv) handlerRuns(t *testing.T) (map[string]*logRun, map[string]bool) {
+	t.Helper()
 	var logs []string
 	incarnations := map[string]bool{}
-	for _, p := range pool.incarnations() {
+	for _, p := range e.pool.incarnations() {
 		logs = append(logs, p.logPath)
 		incarnations[p.id] = true
 	}
@@ -409,9 +433,33 @@ func TestSoak(t *testing.T) {
 	if err != nil {
 		t.Fatalf("handler logs: %v", err)
 	}
-	v := &verifier{t: t, specs: specs, docs: docs, runs: runs, workers: incarnations, history: readHistory(t, coll)}
+	return runs, incarnations
+}
+
+func TestSoak(t *testing.T) {
+	m := shortMix
+	form := "short"
+	if *longFlag {
+		m, form = longMix, "long"
+	}
+	e := setUp(t, m, "soak", "", fmt.Sprintf("soak: %s form, %d tasks", form, m.total()), workerEnv{sweep: *sweepFlag})
+	r := e.newRun(t, m)
+	r.loop()
+	r.waitHistoryWritten(bson.D{})
+
+	// Every task is final: stop the workers gracefully, all at once.
+	e.stopWorkers(t)
+
+	docs := readTasks(t, e.coll)
+	for key, d := range r.archived {
+		if docs[key] == nil { // else its delete failed: the stored one is as good
+			docs[key] = d
+		}
+	}
+	runs, incarnations := e.handlerRuns(t)
+	v := &verifier{t: t, specs: e.specs, docs: docs, runs: runs, workers: incarnations, history: readHistory(t, e.coll)}
 	sum := v.verify()
-	sum.log(t, r.faults, time.Since(began), seed, len(pool.incarnations()), len(r.archived))
+	sum.log(t, r.faults, time.Since(e.began), e.seed, len(e.pool.incarnations()), len(r.archived))
 }
 
 // run is the soak while it runs: waves of tasks, faults, archiving.
@@ -432,6 +480,22 @@ type run struct {
 	faultEnd  time.Time // kills stop then, so that the tail drains
 	archived  map[string]*storedTask
 	faults    faults
+
+	// Set by a soak that needs them before loop; TestSoak leaves them.
+	noRestart bool                    // no server restart
+	done      func(d liveTask) bool   // a task is done; nil: its status is final (isFinal)
+	polled    func(live liveTasks)    // called with every poll that read the collection
+	tick      func(now time.Time)     // called at every tick of the loop, after the poll
+	doneNames []string                // the statuses done, for the deadline's message; nil: the final ones
+	explain   func(d liveTask) string // more about a task not done, for the deadline's message
+}
+
+// isDone says a task is done, as the soak sees it.
+func (r *run) isDone(d liveTask) bool {
+	if r.done != nil {
+		return r.done(d)
+	}
+	return isFinal(d.Status)
 }
 
 // publishWave publishes the next wave; its due times start 2 s from now.
@@ -504,8 +568,22 @@ func (r *run) loop() {
 		live, err := r.poll()
 		if err != nil {
 			pollErrors++
+		} else if r.polled != nil {
+			r.polled(live)
+		}
+		if r.tick != nil {
+			r.tick(time.Now())
 		}
 		counts := live.counts()
+		done, present := 0, 0 // tasks done; tasks of the mix in the collection
+		for _, d := range live {
+			if r.isDone(d) {
+				done++
+			}
+			if id, ok := d.ID.StringValueOK(); ok && r.specs[id].key == id {
+				present++
+			}
+		}
 		gone := 0 // archived and no longer in the collection
 		if r.m.archive {
 			inLive := map[string]bool{}
@@ -519,7 +597,7 @@ func (r *run) loop() {
 			}
 			counts["archived"] = gone
 		}
-		if err == nil && r.published == len(r.waves) && counts.final() == len(live) && len(live)+gone == len(r.specs) {
+		if err == nil && r.published == len(r.waves) && done == len(live) && present+gone == len(r.specs) {
 			if pollErrors > 0 {
 				t.Logf("%d polls of the collection failed (the server was down)", pollErrors)
 			}
@@ -528,16 +606,27 @@ func (r *run) loop() {
 		}
 		now := time.Now()
 		if now.After(deadline) {
-			t.Fatalf("not every task final within %s of the first publish: %v; not final: %s", r.m.deadline, counts, notFinal(r.coll))
+			var notDone []string // as the loop sees them
+			for _, d := range live {
+				if !r.isDone(d) && len(notDone) < 20 {
+					what := d.String()
+					if r.explain != nil {
+						what += r.explain(d)
+					}
+					notDone = append(notDone, what)
+				}
+			}
+			t.Fatalf("not every task final within %s of the first publish: %v; not done: %s; not final: %s",
+				r.m.deadline, counts, strings.Join(notDone, ", "), notFinal(r.coll, r.doneNames))
 		}
-		if err == nil && r.published < len(r.waves) && len(live)-counts.final() <= len(r.waves[r.published]) {
+		if err == nil && r.published < len(r.waves) && len(live)-done <= len(r.waves[r.published]) {
 			r.publishWave()
 		}
 		if now.Sub(lastProgress) >= 10*time.Second {
 			lastProgress = now
 			t.Logf("t+%s: %v (kills %d, server restarts %d, failed polls %d)", r.since(), counts, r.faults.kills, r.faults.restarts, pollErrors)
 		}
-		if r.srv != nil && r.faults.restarts == 0 && !r.restartAt.IsZero() && now.After(r.restartAt) {
+		if r.srv != nil && !r.noRestart && r.faults.restarts == 0 && !r.restartAt.IsZero() && now.After(r.restartAt) {
 			down, err := r.srv.restart()
 			if err != nil {
 				t.Fatal(err)
@@ -564,13 +653,82 @@ func (r *run) loop() {
 	}
 }
 
-// liveTask is what a poll reads of a task.
+// liveTask is what a poll reads of a task. It is read leniently, field by
+// field, so that a document edited by hand into any shape is read too.
 type liveTask struct {
-	Key      string         `bson:"key"`
-	Status   string         `bson:"status"`
-	Running  int            `bson:"running"`
-	Holders  map[string]any `bson:"holders"`
-	Unlogged map[string]any `bson:"unlogged"` // runs whose history record is not written yet
+	ID      bson.RawValue
+	Key     string // the key field when it is a string (of at most 256 bytes), else ""
+	Status  string // the status when it is a string; else how it is stored, or "(none)"
+	Running int
+	// Holders are the runs going on, with their lease, when holders is a
+	// document whose entries are; HoldersOther says holders is there but is
+	// something else (a value that is not a document, or an entry that is
+	// not one with a date lease_until).
+	Holders      map[string]liveHolder
+	HoldersOther bool
+	Unlogged     int    // runs whose history record is not written yet (entries of unlogged)
+	InvalidField string // invalid.field, when a string
+}
+
+func (d liveTask) String() string {
+	return fmt.Sprintf("{_id %s status %s running %d holders %v%s invalid.field %q}", d.ID, d.Status, d.Running, d.Holders,
+		cond(d.HoldersOther, " (and others, unreadable)", ""), d.InvalidField)
+}
+
+type liveHolder struct {
+	Run        string
+	LeaseUntil time.Time
+}
+
+// liveProjection is what a poll reads of each task.
+var liveProjection = bson.D{{Key: "key", Value: 1}, {Key: "status", Value: 1}, {Key: "running", Value: 1},
+	{Key: "holders", Value: 1}, {Key: "unlogged", Value: 1}, {Key: "invalid", Value: 1}}
+
+func readLive(raw bson.Raw) liveTask {
+	d := liveTask{ID: raw.Lookup("_id"), Status: "(none)"}
+	if key, ok := raw.Lookup("key").StringValueOK(); ok && len(key) <= 256 {
+		d.Key = key
+	}
+	switch v := raw.Lookup("status"); {
+	case v.Type == 0:
+	case len(v.Value) > 64: // edited by hand into something huge
+		d.Status = fmt.Sprintf("(%s of %d bytes)", v.Type, len(v.Value))
+	case v.Type == bson.TypeString:
+		d.Status = v.StringValue()
+	default:
+		d.Status = v.String()
+	}
+	if n, ok := raw.Lookup("running").AsInt64OK(); ok {
+		d.Running = int(n)
+	}
+	if v := raw.Lookup("holders"); v.Type != 0 {
+		doc, ok := v.DocumentOK()
+		d.HoldersOther = !ok
+		elems, _ := doc.Elements()
+		for _, e := range elems {
+			h, ok := e.Value().DocumentOK()
+			if !ok {
+				d.HoldersOther = true
+				continue
+			}
+			lease, ok := h.Lookup("lease_until").TimeOK()
+			if !ok {
+				d.HoldersOther = true
+				continue
+			}
+			if d.Holders == nil {
+				d.Holders = map[string]liveHolder{}
+			}
+			run, _ := h.Lookup("run").StringValueOK()
+			d.Holders[e.Key()] = liveHolder{Run: run, LeaseUntil: lease}
+		}
+	}
+	if doc, ok := raw.Lookup("unlogged").DocumentOK(); ok {
+		elems, _ := doc.Elements()
+		d.Unlogged = len(elems)
+	}
+	d.InvalidField, _ = raw.Lookup("invalid", "field").StringValueOK()
+	return d
 }
 
 type liveTasks []liveTask
@@ -583,14 +741,16 @@ func (l liveTasks) counts() statuses {
 	return out
 }
 
-// waitHistoryWritten waits until no task marks a run whose history record
-// is not written yet: the killed workers' marks are the maintenance lease
-// holder's to finish.
-func (r *run) waitHistoryWritten() {
+// waitHistoryWritten waits until no task that filter selects marks a run
+// whose history record is not written yet: the killed workers' marks are
+// the maintenance lease holder's to finish.
+func (r *run) waitHistoryWritten(filter bson.D) {
 	deadline := time.Now().Add(historyDeadline)
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		n, err := r.coll.CountDocuments(ctx, bson.D{{Key: "unlogged", Value: bson.D{{Key: "$gt", Value: bson.D{}}}}})
+		n, err := r.coll.CountDocuments(ctx, append(bson.D{{Key: "unlogged", Value: bson.D{{Key: "$gt", Value: bson.D{}}}}}, filter...))
 		cancel()
 		if err == nil && n == 0 {
 			r.t.Logf("t+%s: every run's history record written", r.since())
@@ -599,7 +759,7 @@ func (r *run) waitHistoryWritten() {
 		if time.Now().After(deadline) {
 			r.t.Fatalf("%d tasks still mark runs whose history record is not written, %s after every task was final (%v)", n, historyDeadline, err)
 		}
-		time.Sleep(500 * time.Millisecond)
+		<-tick.C
 	}
 }
 
@@ -608,14 +768,17 @@ func (r *run) waitHistoryWritten() {
 func (r *run) poll() (liveTasks, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	cur, err := r.coll.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{
-		{Key: "key", Value: 1}, {Key: "status", Value: 1}, {Key: "running", Value: 1}, {Key: "holders", Value: 1}, {Key: "unlogged", Value: 1}}))
+	cur, err := r.coll.Find(ctx, bson.D{}, options.Find().SetProjection(liveProjection))
 	if err != nil {
 		return nil, err
 	}
-	var live liveTasks
-	if err := cur.All(ctx, &live); err != nil {
+	var raws []bson.Raw
+	if err := cur.All(ctx, &raws); err != nil {
 		return nil, err
+	}
+	live := make(liveTasks, len(raws))
+	for i, raw := range raws {
+		live[i] = readLive(raw)
 	}
 	if !r.m.archive {
 		return live, nil
@@ -627,7 +790,7 @@ func (r *run) poll() (liveTasks, error) {
 	var kept liveTasks
 	var done bson.A
 	for _, d := range live {
-		if isFinal(d.Status) && d.Running == 0 && len(d.Holders) == 0 && len(d.Unlogged) == 0 && len(done) < archiveBatch {
+		if isFinal(d.Status) && d.Running == 0 && len(d.Holders) == 0 && !d.HoldersOther && d.Unlogged == 0 && len(done) < archiveBatch {
 			done = append(done, d.Key)
 		} else {
 			kept = append(kept, d)
@@ -694,11 +857,15 @@ func (s statuses) String() string {
 	return strings.Join(parts, ", ")
 }
 
-// notFinal describes the tasks that are not final, for a timeout message.
-func notFinal(coll *mongo.Collection) string {
+// notFinal describes the tasks whose status is not one of done (nil: the
+// final ones), for a timeout message.
+func notFinal(coll *mongo.Collection, done []string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	cur, err := coll.Find(ctx, bson.D{{Key: "status", Value: bson.D{{Key: "$nin", Value: bson.A{"succeeded", "failed", "finished"}}}}},
+	if done == nil {
+		done = []string{"succeeded", "failed", "finished"}
+	}
+	cur, err := coll.Find(ctx, bson.D{{Key: "status", Value: bson.D{{Key: "$nin", Value: done}}}},
 		options.Find().SetProjection(bson.D{{Key: "runs", Value: 0}, {Key: "params", Value: 0}}).SetLimit(20))
 	if err != nil {
 		return err.Error()

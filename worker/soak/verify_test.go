@@ -8,7 +8,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,16 +15,9 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-)
 
-// leaseSlack is how far a run cut at its lease may overlap the next run. A
-// lease_until is a server time estimated by the worker that wrote it, and a
-// lease is found lapsed by another worker's estimate of the server clock;
-// both are measured from hello replies, each off by up to half its round
-// trip through the development server's one-at-a-time front. Handler
-// intervals that ended by themselves get no slack. The largest overlap seen
-// is reported either way.
-const leaseSlack = 100 * time.Millisecond
+	"github.com/mscheduler/mscheduler/worker/soak/histcheck"
+)
 
 // maxReports bounds the failures reported per check.
 const maxReports = 10
@@ -178,9 +170,9 @@ type verifier struct {
 	t       testing.TB
 	specs   map[string]spec
 	docs    map[string]*storedTask
-	runs    map[string]*logRun       // from the handler logs, by run id
-	workers map[string]bool          // every worker incarnation started
-	history map[string]historyRecord // the run history collection, by run id
+	runs    map[string]*logRun        // from the handler logs, by run id
+	workers map[string]bool           // every worker incarnation started
+	history []histcheck.HistoryRecord // the run history collection
 
 	records  map[string]storedRun // every run record, by run id
 	failures map[string]int       // per check
@@ -240,7 +232,8 @@ func (v *verifier) verify() summary {
 	v.checkFinalStates()
 	v.checkSucceeded()
 	sum.rerunPlanned = v.checkPlannedOnce()
-	sum.maxOverlap, sum.cutAtLease = v.checkOverlaps()
+	hist := histcheck.Check(v.histInput())
+	sum.maxOverlap, sum.cutAtLease = v.checkOverlaps(hist)
 	for id, r := range v.runs {
 		rec, ok := v.records[id]
 		if !ok || rec.Outcome != "expired" || !r.ended() {
@@ -262,7 +255,7 @@ func (v *verifier) verify() summary {
 		}
 	}
 	v.checkNothingLost()
-	v.checkHistory()
+	v.checkHistory(hist)
 	sum.checks = v.failures
 	return sum
 }
@@ -430,125 +423,42 @@ func (v *verifier) checkPlannedOnce() int {
 	return reruns
 }
 
-type interval struct {
-	runID, worker string
-	from, to      int64 // UnixNano
-	cut           bool  // to is the run's lease_until, not a logged end
+// histInput is what the history checker is given: the handler logs' runs,
+// the tasks' run records (by key, each task's in its order) and the run
+// history, of the tasks of specs.
+func (v *verifier) histInput() histcheck.Input {
+	in := histcheck.Input{History: v.history, Concurrency: map[string]int{}, Slack: histcheck.DefaultSlack}
+	for key, s := range v.specs {
+		in.Concurrency[key] = s.concurrency
+	}
+	for _, id := range slices.Sorted(maps.Keys(v.runs)) {
+		r := v.runs[id]
+		hr := histcheck.Run{Key: r.key, RunID: r.runID, Worker: r.worker, Start: time.Unix(0, r.starts[0])}
+		if r.ended() {
+			hr.End = time.Unix(0, r.ends[len(r.ends)-1].at)
+		}
+		in.Runs = append(in.Runs, hr)
+	}
+	for _, key := range slices.Sorted(maps.Keys(v.docs)) {
+		for _, r := range v.docs[key].Runs {
+			in.Records = append(in.Records, histcheck.Record{Key: key, RunID: r.RunID, Worker: r.WorkerID,
+				Outcome: r.Outcome, LeaseUntil: r.LeaseUntil, Finished: r.Finished})
+		}
+	}
+	return in
 }
 
 // 4. No more runs of a task than its concurrency overlapped while their
-// leases were valid, and no worker ran two runs of one task at once. It
-// returns the largest overlap of an interval cut at its lease with another
-// one (within leaseSlack it is allowed), and how many intervals were cut.
-func (v *verifier) checkOverlaps() (time.Duration, int) {
+// leases were valid, and no worker ran two runs of one task at once (see
+// package histcheck). It returns the largest overlap of an interval cut at
+// its lease with another one (within histcheck.DefaultSlack it is
+// allowed), and how many intervals were cut.
+func (v *verifier) checkOverlaps(rep histcheck.Report) (time.Duration, int) {
 	const check = "4 concurrency bound"
-	byKey := map[string][]interval{}
-	cut := 0
-	for _, r := range v.runs {
-		iv := interval{runID: r.runID, worker: r.worker, from: r.starts[0], to: -1}
-		if r.ended() {
-			iv.to = r.ends[len(r.ends)-1].at
-		}
-		rec, recorded := v.records[r.runID]
-		switch {
-		case recorded && rec.Outcome == "expired":
-			if lease := rec.LeaseUntil.UnixNano(); iv.to < 0 || lease < iv.to {
-				iv.to, iv.cut = lease, true
-			}
-		case recorded && rec.Outcome == "released" && iv.to < 0:
-			iv.to, iv.cut = rec.Finished.UnixNano(), true
-		}
-		if iv.to < 0 {
-			continue // a run with no end and no expiry is reported by check 5
-		}
-		if iv.cut {
-			cut++
-		}
-		byKey[r.key] = append(byKey[r.key], iv)
+	for _, f := range rep.Overlaps {
+		v.fail(check, "%s", f)
 	}
-	var worst time.Duration
-	for _, key := range slices.Sorted(maps.Keys(byKey)) {
-		ivs := byKey[key]
-		limit := v.specs[key].concurrency
-		if limit == 0 {
-			continue // reported by check 1
-		}
-		sort.Slice(ivs, func(i, j int) bool { return ivs[i].from < ivs[j].from })
-		for i, a := range ivs {
-			// Later intervals that start before a ends (sorted by start).
-			for _, b := range ivs[i+1:] {
-				if b.from >= a.to {
-					break
-				}
-				within := a.cut && time.Duration(a.to-b.from) <= leaseSlack
-				if a.worker == b.worker && !within {
-					v.fail(check, "task %s: worker %s ran runs %s and %s at once", key, a.worker, a.runID, b.runID)
-				}
-				// How far past its lease a cut run overlapped a run that
-				// took the task over its concurrency.
-				if a.cut && goingAt(ivs, b.from) > limit {
-					worst = max(worst, time.Duration(a.to-b.from))
-				}
-			}
-		}
-		if peak, at, ids := peakOverlap(ivs); peak > limit {
-			v.fail(check, "task %s (concurrency %d): %d runs at once at %s: %v", key, limit, peak, time.Unix(0, at).UTC().Format(time.RFC3339Nano), ids)
-		}
-	}
-	return worst, cut
-}
-
-// goingAt is how many intervals are going on at instant at, without slack.
-func goingAt(ivs []interval, at int64) int {
-	n := 0
-	for _, iv := range ivs {
-		if iv.from <= at && at < iv.to {
-			n++
-		}
-	}
-	return n
-}
-
-// peakOverlap is the most intervals going on at one instant, with cut
-// intervals shortened by leaseSlack, and where and which.
-func peakOverlap(ivs []interval) (int, int64, []string) {
-	type edge struct {
-		at    int64
-		delta int
-		id    string
-	}
-	var edges []edge
-	for _, iv := range ivs {
-		to := iv.to
-		if iv.cut {
-			to = max(iv.from, to-int64(leaseSlack))
-		}
-		edges = append(edges, edge{iv.from, 1, iv.runID}, edge{to, -1, iv.runID})
-	}
-	// Ends before starts at one instant: [a, b] and [b, c] do not overlap.
-	sort.Slice(edges, func(i, j int) bool {
-		if edges[i].at != edges[j].at {
-			return edges[i].at < edges[j].at
-		}
-		return edges[i].delta < edges[j].delta
-	})
-	peak, n := 0, 0
-	var peakAt int64
-	var peakIDs []string
-	going := map[string]bool{}
-	for _, e := range edges {
-		n += e.delta
-		if e.delta > 0 {
-			going[e.id] = true
-		} else {
-			delete(going, e.id)
-		}
-		if n > peak {
-			peak, peakAt = n, e.at
-			peakIDs = slices.Sorted(maps.Keys(going))
-		}
-	}
-	return peak, peakAt, peakIDs
+	return rep.MaxCutOverlap, rep.Cut
 }
 
 // 5. Nothing lost or stuck: no holders left, no run counted as running,
@@ -562,10 +472,10 @@ func (v *verifier) checkNothingLost() {
 		if len(d.Holders) != 0 || d.Running != 0 || d.NextExpiry != nil {
 			v.fail(check, "task %s: holders %v, running %d, next_expiry %v after every worker stopped", key, d.Holders, d.Running, d.NextExpiry)
 		}
-		if lastMissed(d) && d.Free != 0 {
-			v.fail(check, "task %s: free %d, want 0: its plan finished with its last planned times missed", key, d.Free)
-		}
-		if !lastMissed(d) && d.Free != d.Concurrency-d.Running-d.Succeeded {
+		// In every status, a plan finished with its last planned times
+		// missed included (the claim that found them gave its slot back):
+		// the invariant of the task's state (mscheduler/internal/taskstate).
+		if d.Free != d.Concurrency-d.Running-d.Succeeded {
 			v.fail(check, "task %s: free %d, want concurrency %d - running %d - succeeded %d", key, d.Free, d.Concurrency, d.Running, d.Succeeded)
 		}
 		for _, r := range d.Runs {
@@ -602,7 +512,7 @@ type historyRecord struct {
 	Outcome string `bson:"outcome"`
 }
 
-func readHistory(t *testing.T, coll *mongo.Collection) map[string]historyRecord {
+func readHistory(t *testing.T, coll *mongo.Collection) []histcheck.HistoryRecord {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -614,34 +524,19 @@ func readHistory(t *testing.T, coll *mongo.Collection) map[string]historyRecord 
 	if err := cur.All(ctx, &recs); err != nil {
 		t.Fatalf("read run history: %v", err)
 	}
-	out := make(map[string]historyRecord, len(recs))
-	for _, r := range recs {
-		out[r.RunID] = r // _id is the run id: a record is never there twice
+	out := make([]histcheck.HistoryRecord, len(recs))
+	for i, r := range recs {
+		out[i] = histcheck.HistoryRecord(r)
 	}
 	return out
 }
 
 // 6. The run history holds every run the tasks recorded, once, with the
-// same outcome, and nothing else.
-func (v *verifier) checkHistory() {
+// same outcome, and nothing else (see package histcheck).
+func (v *verifier) checkHistory(rep histcheck.Report) {
 	const check = "6 history"
-	for _, key := range slices.Sorted(maps.Keys(v.docs)) {
-		for _, r := range v.docs[key].Runs {
-			h, ok := v.history[r.RunID]
-			switch {
-			case !ok:
-				v.fail(check, "run %s of %s (%s) has no history record", r.RunID, key, r.Outcome)
-			case h.Outcome != r.Outcome || h.Key != key:
-				v.fail(check, "run %s of %s (%s) is in the history as %s of %s", r.RunID, key, r.Outcome, h.Outcome, h.Key)
-			}
-		}
-	}
-	if len(v.history) != len(v.records) {
-		for id, h := range v.history {
-			if _, ok := v.records[id]; !ok {
-				v.fail(check, "history record %s (%s of %s) matches no run of a task", id, h.Outcome, h.Key)
-			}
-		}
+	for _, f := range rep.History {
+		v.fail(check, "%s", f)
 	}
 }
 
@@ -658,7 +553,7 @@ func (s summary) log(t *testing.T, f faults, took time.Duration, seed uint64, in
 	t.Logf("summary: tasks by final state: %v (archived before the end: %d)", statuses(s.tasks), archived)
 	t.Logf("summary: runs by outcome: %v", statuses(s.records))
 	t.Logf("summary: handler runs %d (calls %d), killed before their end %d, cut at their lease %d, planned times run again after a lost end %d, largest lease-boundary overlap %s (allowed %s)",
-		s.handlerRuns, s.calls, s.noEnd, s.cutAtLease, s.rerunPlanned, s.maxOverlap, leaseSlack)
+		s.handlerRuns, s.calls, s.noEnd, s.cutAtLease, s.rerunPlanned, s.maxOverlap, histcheck.DefaultSlack)
 	t.Logf("summary: expired runs whose handler went on after its lease lapsed: %d (longest %s%s)", s.pastLease, s.maxPastLease.Round(time.Millisecond), cond(s.worstPast != "", ": "+s.worstPast, ""))
 	t.Logf("summary: worker kills %d (%d incarnations), server restarts %d (down %s), duration %s, seed %d",
 		f.kills, incarnations, f.restarts, f.downtime.Round(time.Millisecond), took.Round(time.Second), seed)
@@ -677,7 +572,7 @@ func cond(ok bool, yes, no string) string {
 // lastMissed reports a plan that finished without running its last
 // occurrence: its last planned times came and went (a claim found them too
 // late, after an outage), so the claim gave its slot back and finished the
-// task, with no slot left and the last occurrence's counter at 0.
+// task, with the last occurrence's counter at 0.
 func lastMissed(d *storedTask) bool {
 	return d.Plan != nil && d.Status == "finished" && d.Plan.Skipped > 0 && d.Succeeded == 0 && d.Running == 0
 }

@@ -32,6 +32,7 @@ const (
 	envLog    = "MSCHEDULER_SOAK_LOG"   // the handler log file
 	envSkew   = "MSCHEDULER_SOAK_SKEW"  // a time.Duration added to the worker's clock
 	envSweep  = "MSCHEDULER_SOAK_SWEEP" // the consumer's SweepInterval
+	envCheck  = "MSCHEDULER_SOAK_CHECK" // the consumer's CheckInterval; unset: the library's default
 )
 
 // Consumer settings of every worker process.
@@ -95,6 +96,13 @@ func runWorkerProcess() int {
 		fmt.Fprintln(os.Stderr, "soak worker:", err)
 		return 1
 	}
+	var check time.Duration
+	if s := os.Getenv(envCheck); s != "" {
+		if check, err = time.ParseDuration(s); err != nil {
+			fmt.Fprintln(os.Stderr, "soak worker:", err)
+			return 1
+		}
+	}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	handler := newHandler(logFile)
 	// Run handles SIGTERM itself; this catches one that comes between two
@@ -105,7 +113,7 @@ func runWorkerProcess() int {
 	// down for longer than the driver waits) is retried with a new Worker
 	// under the same id: nothing was claimed yet.
 	for attempt := 1; ; attempt++ {
-		err := runWorkerOnce(stopped, id, skew, sweep, logger, handler)
+		err := runWorkerOnce(stopped, id, skew, sweep, check, logger, handler)
 		if err == nil {
 			return 0
 		}
@@ -121,7 +129,7 @@ func runWorkerProcess() int {
 	}
 }
 
-func runWorkerOnce(stopped context.Context, id string, skew, sweep time.Duration, logger *slog.Logger, handler mscheduler.Handler[params, string]) error {
+func runWorkerOnce(stopped context.Context, id string, skew, sweep, check time.Duration, logger *slog.Logger, handler mscheduler.Handler[params, string]) error {
 	ctx, cancel := context.WithTimeout(stopped, time.Minute)
 	defer cancel()
 	w, err := worker.New(ctx, worker.Config{
@@ -142,6 +150,7 @@ func runWorkerOnce(stopped context.Context, id string, skew, sweep time.Duration
 		// The history records of killed workers' runs are written by the
 		// maintenance lease holder; the soak waits for them at the end.
 		MaintenanceInterval: time.Second,
+		CheckInterval:       check,
 	}
 	if skew != 0 {
 		cfg.Clock = func() time.Time { return time.Now().Add(skew) }
@@ -221,6 +230,7 @@ type workerEnv struct {
 	coll  string
 	dir   string // where handler logs and worker stderr go
 	sweep time.Duration
+	check time.Duration // 0: the library's default
 }
 
 // startWorker starts worker incarnation id in slot.
@@ -242,6 +252,9 @@ func startWorker(env workerEnv, slot int, id string, skew time.Duration) (*worke
 	p.cmd.Env = append(os.Environ(),
 		envWorker+"="+id, envURI+"="+env.uri, envDB+"="+env.db, envColl+"="+env.coll,
 		envLog+"="+p.logPath, envSkew+"="+skew.String(), envSweep+"="+env.sweep.String())
+	if env.check != 0 {
+		p.cmd.Env = append(p.cmd.Env, envCheck+"="+env.check.String())
+	}
 	p.cmd.Stderr = stderr
 	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
 		return nil, err

@@ -35,6 +35,9 @@ func DecodeTask(raw bson.Raw) (*Task, *Problem) {
 		return t, probs[0]
 	}
 	prob := identityProblem(raw, t)
+	if prob == nil && t.Status == StatusInvalid {
+		prob = invalidNoteProblem(raw)
+	}
 	if prob == nil {
 		prob = identityProblem(raw, t)
 	}
@@ -102,6 +105,23 @@ func statusProblem(raw bson.Raw) *Problem {
 	return nil
 }
 
+// invalidNoteProblem checks that an invalid task says why: a status set
+// to invalid by hand, or a note removed, would leave a task that nothing
+// ever looks at again, with no reason a person can find.
+func invalidNoteProblem(raw bson.Raw) *Problem {
+	v := raw.Lookup(FInvalid)
+	if reason, _ := raw.Lookup(FInvalid, "reason").StringValueOK(); v.Type == bson.TypeEmbeddedDocument && reason != "" {
+		return nil
+	}
+	return Problemf(FStatus, "is invalid, but no note under %s says why (set by hand?): repair the task and set it to pending, or publish it again with ResetFinished", FInvalid)
+}
+
+// queryDates are the fields of a task that queries and fences compare
+// with dates: the driver decodes a string or a number there into a time
+// as well, but the server compares them apart from dates, so a claim, a
+// sweep or a run end would never match them.
+var queryDates = []string{FRunAt}
+
 // runProblem checks what a claim and a run end of the task need.
 func runProblem(raw bson.Raw, t *Task) *Problem {
 	for _, f := range requiredToRun {
@@ -109,10 +129,44 @@ func runProblem(raw bson.Raw, t *Task) *Problem {
 			return Problemf(f, "is missing")
 		}
 	}
+	for _, f := range queryDates {
+		if p := DateProblem(raw, f); p != nil {
+			return p
+		}
+	}
+	if p := HolderDatesProblem(raw); p != nil {
+		return p
+	}
+	if v := raw.Lookup(FPlan, "planned"); v.Type != 0 && v.Type != bson.TypeDateTime {
+		return Problemf(PPlanned, "must be a date, got %s", DescribeValue(v))
+	}
 	if p := holdersProblem(t); p != nil {
 		return p
 	}
 	return valueProblem(t)
+}
+
+// HolderDatesProblem checks that every holder's start and lease are
+// dates: the sweep's fence compares the lease as stored.
+func HolderDatesProblem(raw bson.Raw) *Problem {
+	holders, ok := raw.Lookup(FHolders).DocumentOK()
+	if !ok {
+		return nil
+	}
+	elems, _ := holders.Elements()
+	for _, e := range elems {
+		h, ok := e.Value().DocumentOK()
+		if !ok {
+			continue // the decoder names it
+		}
+		for _, f := range []string{HStarted, HLeaseUntil} {
+			if p := DateProblem(h, f); p != nil {
+				p.Field = HolderPath(e.Key(), f)
+				return p
+			}
+		}
+	}
+	return nil
 }
 
 // valueProblem checks the values of a task that decoded, as a worker needs

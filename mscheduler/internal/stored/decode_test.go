@@ -55,6 +55,14 @@ func TestDecodeTaskNamesTheField(t *testing.T) {
 		{"free out of step", with(with(sound(), FConcurrency, 3), FFree, 2), FFree},
 		{"a finished task's counters do not matter", with(with(sound(), FStatus, "succeeded"), FFree, "x"), FFree},
 		{"unlogged not a document of dates", with(sound(), FUnlogged, "x"), FUnlogged},
+		{"a run_at written as a string date", with(sound(), FRunAt, "2026-11-26T10:54:28Z"), FRunAt},
+		{"a run_at written as a number", with(sound(), FRunAt, int64(1795690468175)), FRunAt},
+		{"a holder's lease written as a string date", with(with(with(sound(), FStatus, "running"), FRunning, 1), FHolders,
+			bson.D{{Key: "w", Value: bson.D{{Key: HRun, Value: "r"}, {Key: HStarted, Value: time.Now()}, {Key: HLeaseUntil, Value: "2026-11-26T10:54:28Z"}}}}), "holders.w.lease_until"},
+		{"a plan's planned time as a string", with(sound(), FPlan, bson.D{{Key: "kind", Value: "every"}, {Key: "planned", Value: "2026-11-26T10:54:28Z"}}), PPlanned},
+		{"an invalid task with no note", with(sound(), FStatus, "invalid"), FStatus},
+		{"an invalid task whose note is not a document", with(with(sound(), FStatus, "invalid"), FInvalid, 7), FInvalid},
+		{"an invalid task with its note", with(with(sound(), FStatus, "invalid"), FInvalid, bson.D{{Key: "reason", Value: "field x is wrong"}}), ""},
 	}
 	for _, c := range cases {
 		raw, err := bson.Marshal(c.doc)

@@ -31,7 +31,8 @@ var noHolders = Op("$or", bson.A{Op(stored.FHolders, Op("$exists", false)), Op(s
 // Audit selects the documents the check looks at. Each clause is served by
 // an index the claims already need: the status of an unknown one by claim
 // (status, ...), the others by due (status, run_at), so that the cost of
-// a check is one read of the claimable tasks that are due.
+// a check is one read of the claimable tasks that are due (and of the
+// invalid ones with no note).
 func Audit(now time.Time) bson.D {
 	known := make(bson.A, len(stored.Statuses))
 	for i, s := range stored.Statuses {
@@ -56,6 +57,12 @@ func Audit(now time.Time) bson.D {
 		}}},
 		bson.D{{Key: stored.FStatus, Value: stored.StatusPending}, due, {Key: stored.FRunning, Value: Op("$lte", 0)}, {Key: stored.FFree, Value: Op("$lte", 0)}},
 		bson.D{{Key: stored.FStatus, Value: Op("$in", bson.A{stored.StatusPending, stored.StatusRunning, stored.StatusInvalid})}, {Key: stored.FExpireAt, Value: Op("$exists", true)}},
+		// Invalid, with no note to say why (set by hand, or its note
+		// removed): nothing else ever looks at it again.
+		bson.D{{Key: stored.FStatus, Value: stored.StatusInvalid}, {Key: "$or", Value: bson.A{
+			notType(stored.FInvalid, "object"),
+			notType(stored.FInvalid+".reason", "string"),
+		}}},
 	}}}
 }
 

@@ -89,11 +89,12 @@ func (q *Quarantine) Update() bson.D {
 	return u.doc()
 }
 
-// holders is how many holder entries the task had as read; holders that do
-// not decode hold none the library can end or sweep.
+// holders is how many holder entries the task had as read that the
+// library can end or sweep: holders that do not decode, or whose dates are
+// not dates (no fence matches them), hold none.
 func (q *Quarantine) holders() int {
 	var holders map[string]stored.Holder
-	if q.Raw.Lookup(stored.FHolders).Unmarshal(&holders) != nil {
+	if q.Raw.Lookup(stored.FHolders).Unmarshal(&holders) != nil || stored.HolderDatesProblem(q.Raw) != nil {
 		return 0
 	}
 	return len(holders)

@@ -77,6 +77,9 @@ func (w *Worker) Sweep(ctx context.Context, skips *SweepSkips, now, horizon time
 // reports whether a write applied.
 func (w *Worker) sweepTask(ctx context.Context, raw bson.Raw, now time.Time) (bool, error) {
 	t, probs := stored.DecodeFields(raw)
+	if p := stored.HolderDatesProblem(raw); p != nil {
+		probs = append(probs, p) // a lease no fence can match
+	}
 	for _, prob := range probs {
 		if prob.Field == stored.FHolders || strings.HasPrefix(prob.Field, stored.FHolders+".") || prob.Field == stored.WholeDocument {
 			// Its runs cannot be told apart: out of the sweep's range, set
