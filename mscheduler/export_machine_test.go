@@ -25,6 +25,12 @@ type Worker struct {
 	c    *Consumer[map[string]any, struct{}]
 	st   *claimState
 	runs map[string]*lease.Run // by run id
+
+	// behaviour is what the handler does at each attempt of Execute, and
+	// lost says the run's end found its slot taken; both are written and
+	// read by the test's goroutine, around Execute.
+	behaviour string
+	lost      map[string]bool
 }
 
 // WorkerRun is a run a Worker holds.
@@ -38,9 +44,27 @@ type WorkerRun struct {
 // written. Its run ends are written one by one; EndTogether writes
 // several in one batch.
 func NewWorker(ctx context.Context, coll *mongo.Collection, id string, wall func() time.Time, mono func() time.Duration, r Retention) (*Worker, error) {
-	c, err := NewConsumer(coll, func(context.Context, *Task[map[string]any]) (struct{}, error) { return struct{}{}, nil }, &ConsumerConfig{
+	w := &Worker{lost: map[string]bool{}}
+	handler := func(ctx context.Context, _ *Task[map[string]any]) (struct{}, error) {
+		switch w.behaviour {
+		case "error":
+			return struct{}{}, errors.New("the handler failed")
+		case "panic":
+			panic("the handler panicked")
+		case "hang":
+			<-ctx.Done() // until the task's Timeout
+			return struct{}{}, ctx.Err()
+		}
+		return struct{}{}, nil
+	}
+	c, err := NewConsumer(coll, handler, &ConsumerConfig{
 		WorkerID: id, Clock: wall, Monotonic: mono, ClockSyncInterval: 24 * 365 * time.Hour, EndBatchMax: 1, ClaimSpareFor: NoClaimSpares,
-		Retention: r, Logger: machineLog(),
+		Retention: r, Logger: machineLog(), TimeoutGrace: time.Second,
+		OnEvent: func(e Event) {
+			if e.Kind == EventLeaseLost {
+				w.lost[e.RunID] = true
+			}
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -51,7 +75,8 @@ func NewWorker(ctx context.Context, coll *mongo.Collection, id string, wall func
 	}
 	// One consumer among one: its batch claims take candidates in claim
 	// order, not from a random place, so that a sequence replays.
-	return &Worker{c: c, st: &claimState{peers: 1}, runs: map[string]*lease.Run{}}, nil
+	w.c, w.st, w.runs = c, &claimState{peers: 1}, map[string]*lease.Run{}
+	return w, nil
 }
 
 // ShareClock makes w and the producer p read the server's time as like
@@ -168,6 +193,34 @@ func (w *Worker) endOf(r *lease.Run, outcome Outcome) *runend.End {
 		end.Record.Error = "ended " + string(outcome) + " by the test"
 	}
 	return end
+}
+
+// Execute runs the run's handler as the consumer does, with its local
+// retries and the task's Timeout, doing at each attempt what behaviour
+// says ("succeed", "error", "panic" or "hang" until its deadline), and
+// writes the run's end. It returns ErrLeaseLost when the end found the
+// run's slot taken.
+func (w *Worker) Execute(ctx context.Context, runID, behaviour string) error {
+	r, ok := w.runs[runID]
+	if !ok {
+		return fmt.Errorf("no run %s", runID)
+	}
+	delete(w.runs, runID)
+	task, err := decodeTask[map[string]any](r.Doc)
+	if err != nil {
+		return err
+	}
+	h := r.Doc.Holders[w.c.cfg.WorkerID]
+	task.Run = &Run{ID: r.RunID, WorkerID: w.c.cfg.WorkerID, StartedAt: h.Started}
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	r.Cancel = cancel
+	w.behaviour = behaviour
+	w.c.execute(rctx, r, task)
+	if w.lost[runID] {
+		return ErrLeaseLost
+	}
+	return nil
 }
 
 // Ping renews a run's lease, as the pinger does; it says whether the run

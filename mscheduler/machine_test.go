@@ -27,10 +27,11 @@ import (
 
 // The state-machine test drives random sequences of everything that
 // changes a task: publishes and every producer action, claims alone and in
-// batches, run ends alone and in batches with every outcome, pings, worker
-// deaths, sweeps, the periodic check, maintenance passes, and the passing
-// of lease, retention and plan time (a fake clock, shared by every worker
-// and the producer). After every step it reads the whole collection and
+// batches, run ends alone and in batches with every outcome, handlers run
+// through the consumer's own execution (succeeding, failing, panicking,
+// hanging past their Timeout), pings, worker deaths, sweeps, the periodic
+// check, maintenance passes, and the passing of lease, retention and plan
+// time (a fake clock, shared by every worker and the producer). After every step it reads the whole collection and
 // checks every document against the invariants the owner of a task's
 // state keeps (taskstate.Check) and against a reference model of plain
 // tasks: their status, counters and the runs that hold them. At the end of
@@ -217,6 +218,7 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 		"claimBatch":  m.claimBatch,
 		"end":         m.end,
 		"end again":   m.end,
+		"execute":     m.execute,
 		"endTogether": m.endTogether,
 		"ping":        m.ping,
 		"die":         m.die,
@@ -228,6 +230,8 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 		"pause":       m.pause,
 		"resume":      m.resume,
 		"resize":      m.resize,
+		"maxFailed":   m.maxFailed,
+		"skipNext":    m.skipNext,
 		"delete":      m.delete,
 		"check":       m.check,
 		"maintain":    m.maintain,
@@ -249,6 +253,7 @@ func (m *machine) publish(rt *rapid.T) {
 		RetryDelay:      time.Millisecond,
 		PingInterval:    time.Second,
 		WorkerTimeout:   30 * time.Second,
+		Timeout:         20 * time.Millisecond, // a handler that hangs fails soon
 	}
 	plan := rapid.IntRange(0, 4).Draw(rt, "plan") == 0
 	if plan {
@@ -400,6 +405,26 @@ func (m *machine) end(rt *rapid.T) {
 	m.step(rt, "end %s run %s of %s: %s", w, r.RunID, r.Key, outcome)
 	held := m.holds(w, r.Key, r.RunID)
 	err := m.workers[w].End(m.ctx, r.RunID, outcome)
+	m.endResult(rt, w, r, outcome, held, err)
+}
+
+// execute runs a run's handler through the consumer's own execution
+// (local retries, the task's Timeout, a panic recovered): it succeeds, or
+// fails every attempt with an error, a panic or by hanging past its
+// deadline, and the run ends succeeded or failed.
+func (m *machine) execute(rt *rapid.T) {
+	w, r, ok := m.drawRun(rt)
+	if !ok {
+		return
+	}
+	behaviour := rapid.SampledFrom([]string{"succeed", "error", "panic", "hang"}).Draw(rt, "behaviour")
+	m.step(rt, "execute %s run %s of %s: %s", w, r.RunID, r.Key, behaviour)
+	held := m.holds(w, r.Key, r.RunID)
+	err := m.workers[w].Execute(m.ctx, r.RunID, behaviour)
+	outcome := mscheduler.OutcomeFailed
+	if behaviour == "succeed" {
+		outcome = mscheduler.OutcomeSucceeded
+	}
 	m.endResult(rt, w, r, outcome, held, err)
 }
 
@@ -608,6 +633,31 @@ func (m *machine) resize(rt *rapid.T) {
 		t.status = mscheduler.StatusPending
 	case t.status == mscheduler.StatusPending && t.free() <= 0:
 		t.status = mscheduler.StatusSucceeded
+	}
+}
+
+func (m *machine) maxFailed(rt *rapid.T) {
+	key := drawKey(rt)
+	n := rapid.IntRange(1, 3).Draw(rt, "maxFailedRuns")
+	m.step(rt, "max failed runs of %s to %d", key, n)
+	if m.action(rt, "update", key, true, func() error { return m.prod.Update(m.ctx, key, mscheduler.TaskUpdate{MaxFailedRuns: &n}) }) {
+		m.tasks[key].maxFailed = n // runs going end by the new bound
+	}
+}
+
+func (m *machine) skipNext(rt *rapid.T) {
+	key := drawKey(rt)
+	n := rapid.IntRange(0, 2).Draw(rt, "n")
+	m.step(rt, "skip the next %d of %s", n, key)
+	err := m.prod.SkipNext(m.ctx, key, n)
+	t, exists := m.tasks[key]
+	switch {
+	case !exists && !errors.Is(err, mscheduler.ErrNotFound):
+		m.fail(rt, "skip next of %s: %v, want ErrNotFound", key, err)
+	case exists && t.plan && err != nil:
+		m.fail(rt, "skip next of %s, a task with a plan: %v", key, err)
+	case exists && !t.plan && !errors.Is(err, mscheduler.ErrInvalid):
+		m.fail(rt, "skip next of %s, a task without a plan: %v, want an InvalidError", key, err)
 	}
 }
 
