@@ -112,6 +112,33 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// TestTinyRunThroughASlowServer runs the phases with every command held
+// a few milliseconds by a proxy (-server-delay): both sides finish every
+// task, and the library does no run twice.
+func TestTinyRunThroughASlowServer(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.Tasks, cfg.Rounds, cfg.Workers, cfg.Capacity = 10, 1, []int{2}, 3
+	cfg.Publish, cfg.Batch, cfg.Latency, cfg.Rate, cfg.LatencyWorkers = 10, 5, 3, 20, 1
+	cfg.MemPending, cfg.MemSettle = 10, 100*time.Millisecond
+	cfg.ServerDelay = "5ms-15ms"
+	cfg.Progress = testWriter{t}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range rep.EndToEnd {
+		if x.Library.Succeeded != cfg.Tasks || x.Raw.Succeeded != cfg.Tasks || x.Library.Problems != 0 || x.Library.Reruns != 0 {
+			t.Errorf("W=%d: library %d succeeded (%d problems, %d run again), raw %d; want %d each, none again",
+				x.Workers, x.Library.Succeeded, x.Library.Problems, x.Library.Reruns, x.Raw.Succeeded, cfg.Tasks)
+		}
+	}
+	if !strings.Contains(rep.Flags, `-server-delay "5ms-15ms"`) {
+		t.Errorf("the report's flags do not say the delay: %s", rep.Flags)
+	}
+}
+
 func TestParseFlags(t *testing.T) {
 	cfg, err := parseFlags([]string{"-tasks", "7", "-workers", "1, 3", "-capacity", "2"})
 	if err != nil {

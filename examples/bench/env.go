@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/connstring"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
 	"github.com/mscheduler/mscheduler/worker"
 	"github.com/mscheduler/mscheduler/worker/devserver"
 )
@@ -36,7 +37,8 @@ type env struct {
 	server string // description for the header
 	admin  *mongo.Client
 	db     *mongo.Database
-	dev    *devserver.Server // nil with MONGODB_URI
+	dev    *devserver.Server          // nil with MONGODB_URI
+	slow   *mschedulertest.DelayProxy // with -server-delay: every client but admin goes through it
 	began  time.Time
 
 	// template is a task document written by Producer.Publish, which the
@@ -78,6 +80,11 @@ func openEnv(ctx context.Context, cfg config) (_ *env, err error) {
 	}
 	e.server = e.describeServer(ctx)
 	e.say("server: %s", e.server)
+	if cfg.ServerDelay != "" {
+		if err := e.slowDown(cfg.ServerDelay); err != nil {
+			return nil, err
+		}
+	}
 	if e.template, err = e.makeTemplate(ctx); err != nil {
 		return nil, err
 	}
@@ -89,8 +96,31 @@ func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
+// slowDown puts a proxy that holds every command for delay in front of
+// the server: the clients of both sides talk through it from then on (set
+// up and checks go direct, through admin).
+func (e *env) slowDown(delay string) error {
+	d, err := mschedulertest.ParseDelay(delay)
+	if err != nil {
+		return err
+	}
+	hosts := options.Client().ApplyURI(e.uri).Hosts
+	if len(hosts) != 1 {
+		return fmt.Errorf("-server-delay: the server URI names %d hosts; the proxy stands in front of one", len(hosts))
+	}
+	if e.slow, err = mschedulertest.StartDelayProxy(hosts[0], d); err != nil {
+		return err
+	}
+	e.uri = e.slow.URI()
+	e.say("every command of both sides held %s on its way to the server (a proxy at %s)", delay, e.slow.Addr())
+	return nil
+}
+
 // close drops the database and stops what openEnv started.
 func (e *env) close() {
+	if e.slow != nil {
+		e.slow.Close()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if e.admin != nil {

@@ -37,9 +37,11 @@ func libraryEndToEnd(ctx context.Context, e *env, workers, round int) (runStats,
 		return runStats{}, err
 	}
 	done := newTally(e.cfg.Tasks)
-	var problems atomic.Int64
+	var problems, claims atomic.Int64
 	onEvent := func(ev mscheduler.Event) {
 		switch ev.Kind {
+		case mscheduler.EventClaimed:
+			claims.Add(1)
 		case mscheduler.EventSucceeded:
 			done.add()
 		case mscheduler.EventFailed, mscheduler.EventError, mscheduler.EventLeaseLost, mscheduler.EventExpired:
@@ -85,6 +87,7 @@ func libraryEndToEnd(ctx context.Context, e *env, workers, round int) (runStats,
 	st.Commands, st.Times = cmds.snapshot()
 	st.Succeeded = done.count()
 	st.Problems = int(problems.Load())
+	st.Reruns = int(claims.Load()) - st.Succeeded
 	if err != nil {
 		return st, err
 	}

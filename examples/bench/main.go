@@ -52,6 +52,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
 )
 
 const database = "mscheduler_bench"
@@ -84,6 +86,11 @@ type config struct {
 	// zero for the library's default, negative for none.
 	SpareFor time.Duration
 
+	// ServerDelay, when set, is a delay every command of both sides is
+	// held for on its way to the server, by a proxy in front of it (see
+	// mschedulertest.ParseDelay: "1s", "300ms-800ms", "0s..2s/1m").
+	ServerDelay string
+
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
 }
@@ -112,9 +119,9 @@ func (c config) flags() string {
 		ws[i] = strconv.Itoa(w)
 	}
 	return fmt.Sprintf("-tasks %d -rounds %d -workers %s -capacity %d -publish %d -batch %d -latency %d -rate %g "+
-		"-latency-workers %d -mem-pending %d -mem-settle %s -stall %s -claim-spare-for %s",
+		"-latency-workers %d -mem-pending %d -mem-settle %s -stall %s -claim-spare-for %s -server-delay %q",
 		c.Tasks, c.Rounds, strings.Join(ws, ","), c.Capacity, c.Publish, c.Batch, c.Latency, c.Rate,
-		c.LatencyWorkers, c.MemPending, c.MemSettle, c.Stall, c.SpareFor)
+		c.LatencyWorkers, c.MemPending, c.MemSettle, c.Stall, c.SpareFor, c.ServerDelay)
 }
 
 func (c config) validate() error {
@@ -129,6 +136,11 @@ func (c config) validate() error {
 		return fmt.Errorf("-mem-pending must not be negative")
 	case c.Stall <= 0:
 		return fmt.Errorf("-stall must be positive")
+	}
+	if c.ServerDelay != "" {
+		if _, err := mschedulertest.ParseDelay(c.ServerDelay); err != nil {
+			return fmt.Errorf("-server-delay: %w", err)
+		}
 	}
 	for _, w := range c.Workers {
 		if w < 1 {
@@ -154,6 +166,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.MemSettle, "mem-settle", cfg.MemSettle, "memory: how long the worker runs before it is measured")
 	fs.DurationVar(&cfg.Stall, "stall", cfg.Stall, "fail a phase that makes no progress for this long")
 	fs.DurationVar(&cfg.SpareFor, "claim-spare-for", cfg.SpareFor, "end to end: the consumers' ClaimSpareFor (0: the library's default; negative: no spares)")
+	fs.StringVar(&cfg.ServerDelay, "server-delay", "", `hold every command of both sides this long on its way to the server: "1s", a range "300ms-800ms", or growing "0s..2s/1m"`)
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}

@@ -51,6 +51,7 @@ type runStats struct {
 	Tasks     int
 	Succeeded int
 	Problems  int           // library events failed, error, lease_lost, expired
+	Reruns    int           // library runs beyond one per task: work done again
 	Publish   time.Duration // publishing every task
 	Drain     time.Duration // from the consumers' start to the last success
 	CPU       time.Duration // user+system of this process over both; -1 unknown
@@ -61,7 +62,7 @@ type runStats struct {
 // add is the sum of two runs.
 func (s runStats) add(t runStats) runStats {
 	out := runStats{
-		Tasks: s.Tasks + t.Tasks, Succeeded: s.Succeeded + t.Succeeded, Problems: s.Problems + t.Problems,
+		Tasks: s.Tasks + t.Tasks, Succeeded: s.Succeeded + t.Succeeded, Problems: s.Problems + t.Problems, Reruns: s.Reruns + t.Reruns,
 		Publish: s.Publish + t.Publish, Drain: s.Drain + t.Drain, CPU: s.CPU + t.CPU,
 		Commands: maps.Clone(s.Commands), Times: maps.Clone(s.Times),
 	}
@@ -192,14 +193,15 @@ func (r *report) print(w io.Writer) {
 
 // checksLine says what the end-to-end runs verified besides timing.
 func (r *report) checksLine() string {
-	var lib, raw, problems int
+	var lib, raw, problems, reruns int
 	for _, x := range r.EndToEnd {
 		lib += x.Library.Succeeded
 		raw += x.Raw.Succeeded
 		problems += x.Library.Problems
+		reruns += x.Library.Reruns
 	}
 	return fmt.Sprintf("checks: %d library and %d raw tasks succeeded, every one of each run, and the documents agree; "+
-		"library events failed, error, lease_lost or expired: %d", lib, raw, problems)
+		"library events failed, error, lease_lost or expired: %d; library runs beyond one per task (work done again): %d", lib, raw, problems, reruns)
 }
 
 func (r *report) sections() []section {
