@@ -48,7 +48,7 @@ import (
 // machineChecks and machineSteps are how many sequences a plain go test
 // runs, and their mean length.
 const (
-	machineChecks = 150
+	machineChecks = 100
 	machineSteps  = 50
 )
 

@@ -31,7 +31,14 @@ func TestInvalidByHandGetsItsReason(t *testing.T) {
 			if name == "a broken note" {
 				field = "invalid"
 			}
-			scnMetaWaitInvalid(t, coll, "k", field)
+			// The task is invalid from the start: wait for the note.
+			var last scnMetaTask
+			if !scnMetaPoll(scnMetaWait, func() bool {
+				last, _ = scnMetaRead(t, coll, "k")
+				return last.Invalid != nil && last.Invalid.Field != ""
+			}) || last.Invalid.Field != field {
+				t.Fatalf("task %q: %s, want invalid.field %q", "k", last, field)
+			}
 		})
 	}
 }

@@ -137,7 +137,7 @@
 //     temporary directory);
 //   - a worker that exits on its own or does not become ready.
 //
-// Once every task is final or invalid with no run going (within 110 s of the
+// Once every task is final or invalid with no run going (within 4 minutes of the
 // first publish) and the untouched tasks' history is written, it checks:
 //
 //   - the tasks the vandal never touched: TestSoak's checks 1-6 on them,
