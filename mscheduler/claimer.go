@@ -34,25 +34,19 @@ const maxSkipped = 100
 
 // claimLoop is the consumer's owner loop for claiming. It claims while it
 // has free slots and claimable tasks, then sleeps until the earliest of: a
-// wake (a publish in this process, a change stream event, a run over), the
-// next due time it knows of (a future run_at, a lease that may lapse), or
-// the jittered poll.
+// wake (a publish in this process, a change stream event, a run over, a
+// sweep that freed slots), the next due time it knows of (a future
+// run_at), or the jittered poll. Sweeps, announces and maintenance are
+// the upkeep loop's (see upkeeploop.go).
 func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
-	st := &claimState{}
+	st := &claimState{backlog: true} // at start, work may be waiting: see claimSlots
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	woken := true
 	for {
-		// Measured again at once after a wall-clock step, whatever the
-		// pass does. Without a measure, no claim: its lease would rest on
-		// a stale clock.
+		// Measured again at once after a wall-clock step. Without a
+		// measure, no claim: its lease would rest on a stale clock.
 		clockErr := c.clock.Ensure(ctx, c.coll.Database())
-		c.announceIfDue(ctx, st) // first: the sweep's interval is spread by the peers
-		c.sweepIfDue(ctx, st)
-		c.maintainIfDue(ctx, st)
-		c.checkIfDue(ctx, st)
-		// A timer of the sweep or the maintenance alone is no reason to
-		// claim: idle, that would be a wasted claim and look each.
 		switch {
 		case !woken && !c.claimDue(st):
 		case clockErr != nil:
@@ -60,8 +54,7 @@ func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
 		default:
 			c.claimAvailable(ctx, st)
 		}
-		wait := c.untilNextWake(st)
-		timer.Reset(wait)
+		timer.Reset(c.untilNextWake(st))
 		select {
 		case <-ctx.Done():
 			return
@@ -103,18 +96,10 @@ func (c *Consumer[P, R]) claimDue(st *claimState) bool {
 
 // claimState belongs to the claim loop goroutine alone.
 type claimState struct {
-	due        dueHeap // server times when something may become claimable or expire
-	skipped    skipList
-	sweepSkips upkeep.SweepSkips
-	pollAt     time.Time
-	sweepAt    time.Time
-	checkAt    time.Time
-	// maintainAt is the next try at the maintenance lease; ttl says
-	// whether the server deletes expired documents itself.
-	maintainAt time.Time
-	ttl        upkeep.TTL
-	leases     leaseHint
-	peeked     bool // the timeout of the first claim's task was looked up
+	due     dueHeap // server times when a task not yet due becomes claimable
+	skipped skipList
+	pollAt  time.Time
+	leases  leaseHint
 	// backlog says the last claim found work, so more may wait: the next
 	// claim takes every free slot it can. Otherwise it takes one.
 	backlog      bool
@@ -122,16 +107,14 @@ type claimState struct {
 	// unconfirmed are claims whose reply was lost: the server may have
 	// applied them. Each is looked for until found (and released) or gone.
 	unconfirmed []string
+	workFound   bool // a claim found work waiting before
+	lostTasks   bool // the last claim lost tasks to other consumers
 	// peers is how many consumers of the collection were alive at the
-	// last announce, this one included (see spreadOut); peersGone are the
-	// ones it found lapsed, for the maintenance holder to forget.
-	announceAt time.Time
-	announced  time.Time // the last announce
-	workFound  bool      // a claim found work waiting before
-	lostTasks  bool      // the last claim lost tasks to other consumers
-	peers      int
-	rank       int // this consumer's place among the peers (see choose)
-	peersGone  []string
+	// last announce, this one included, and rank this one's place among
+	// them (see spreadOut, claimchoice.Choose): the view taken at the
+	// start of each pass.
+	peers int
+	rank  int
 	// gatherUntil, when set, is when a claim held back for more free
 	// slots goes anyway (see gathering).
 	gatherUntil time.Time
@@ -142,6 +125,15 @@ type claimState struct {
 	// ends, and heldUntil brings the next look (freed slots do not, before
 	// it). Cleared at each pass.
 	heldUntil time.Time
+}
+
+// adoptView takes the consumers alive as last announced; spares chosen by
+// shares that moved are dropped.
+func (st *claimState) adoptView(v peerView) {
+	if v.alive != st.peers || v.rank != st.rank {
+		st.spares.Drop()
+	}
+	st.peers, st.rank = v.alive, v.rank
 }
 
 func (c *Consumer[P, R]) pollInterval() time.Duration {
@@ -159,10 +151,6 @@ func jitter(d time.Duration) time.Duration {
 func (c *Consumer[P, R]) untilNextWake(st *claimState) time.Duration {
 	now := c.clock.Now()
 	next := st.pollAt
-	if st.sweepAt.Before(next) {
-		next = st.sweepAt
-	}
-	next = minTime(next, st.checkAt, st.maintainAt, st.announceAt)
 	for _, at := range []time.Time{st.gatherUntil, st.heldUntil} {
 		if !at.IsZero() && at.Before(next) {
 			next = at
@@ -175,12 +163,13 @@ func (c *Consumer[P, R]) untilNextWake(st *claimState) time.Duration {
 }
 
 // claimAvailable claims runs while there are free slots and claimable tasks,
-// at most Capacity in one pass and never past a due sweep: with short tasks
-// slots free up as fast as they are claimed, and a backlog must not starve
-// the sweep that rescues dead workers' runs. Several free slots are filled
-// by a batch claim, one by a single findAndModify.
+// at most Capacity in one pass: with short tasks slots free up as fast as
+// they are claimed, and the pass must end for the loop to look at its
+// timers. Several free slots are filled by a batch claim, one by a single
+// findAndModify.
 func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 	now := c.clock.Now()
+	st.adoptView(c.view())
 	poll := c.pollInterval()
 	if !st.backlog {
 		// Only an idle worker's poll is stretched: one with work waiting
@@ -197,10 +186,7 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 	// At least one claim per pass, so that sweeps never starve claims.
 	wonAny := false
 	st.spares.Missed = false
-	for n := 0; n < c.cfg.Capacity && ctx.Err() == nil && (n == 0 || c.clock.Now().Before(st.sweepAt)); {
-		// Brought forward by the last claim (see viewMayBeStale), and made
-		// before slots are taken: their number is fixed from then on.
-		c.announceIfDue(ctx, st)
+	for n := 0; n < c.cfg.Capacity && ctx.Err() == nil; {
 		want := min(c.cfg.ClaimBatchMax, c.cfg.Capacity-n)
 		if !c.cfg.TargetedClaims && (!st.backlog || want < minBatchClaim && !c.sparesServe(st, want)) {
 			// The cheapest claim when one task at a time comes, or when
@@ -216,7 +202,7 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 		won, done, err := c.claimSlots(ctx, st, k)
 		st.backlog = err == nil && !done
 		c.backlog.Store(st.backlog)
-		st.viewMayBeStale(c.clock.Now())
+		c.viewMayBeStale(st, len(won) > 0)
 		started := 0
 		for _, cl := range won {
 			if c.admit(cl.raw, cl.runID, st) {
@@ -298,14 +284,13 @@ func (c *Consumer[P, R]) gathering(st *claimState, now time.Time) bool {
 }
 
 // claimSlots claims up to k runs: alone with one findAndModify, or as a
-// batch. done says nothing else is claimable now.
+// batch. done says nothing else is claimable now. The first claim is a
+// batch whatever k: its candidates tell the worker timeouts of the tasks,
+// which a findAndModify's next_expiry would have to guess (see
+// leaseHint), and with nothing to claim it costs one command.
 func (c *Consumer[P, R]) claimSlots(ctx context.Context, st *claimState, k int) (won []claimed, done bool, err error) {
-	if k > 1 || c.cfg.TargetedClaims || c.sparesServe(st, k) {
+	if k > 1 || c.cfg.TargetedClaims || c.sparesServe(st, k) || !st.leases.seenAny() {
 		return c.claimBatch(ctx, st, k)
-	}
-	if !st.peeked {
-		st.peeked = true
-		c.peekLease(ctx, st)
 	}
 	raw, runID, err := c.claimOne(ctx, st)
 	if err != nil || raw == nil {
@@ -379,17 +364,6 @@ func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (bson.Raw
 		return nil, "", fmt.Errorf("mscheduler: claim: %w", err)
 	}
 	return raw, runID, nil
-}
-
-// peekLease learns, once, the worker timeout of the task the first claim
-// will most likely take, for the first claim's next_expiry.
-func (c *Consumer[P, R]) peekLease(ctx context.Context, st *claimState) {
-	now := c.clock.Now()
-	opts := options.FindOne().SetSort(claimSort).SetProjection(bson.D{{Key: fWorkerTimeoutMS, Value: 1}})
-	raw, err := c.coll.FindOne(ctx, c.claimant(st, now).Due(now), opts).Raw()
-	if timeout, ok := raw.Lookup(fWorkerTimeoutMS).AsInt64OK(); err == nil && ok && timeout > 0 {
-		st.leases.observe(fromMS(timeout))
-	}
 }
 
 // maxUnconfirmed bounds the lost claims looked for at once: a lost batch
@@ -573,6 +547,9 @@ func (h *leaseHint) observe(timeout time.Duration) {
 	h.seen[h.next%len(h.seen)] = timeout
 	h.next++
 }
+
+// seenAny says a worker timeout was observed.
+func (h *leaseHint) seenAny() bool { return h.next > 0 }
 
 func (h *leaseHint) shortest() time.Duration {
 	out := claimLease

@@ -193,11 +193,9 @@ func withGonePeer(t *testing.T, nOwn, nOthers int) (log *claimLog, ev *mschedule
 // taken at once, not left to its consumer for a moment: the latency of a
 // task at a time stays what it was.
 func TestFewTasksAreTakenAtOnce(t *testing.T) {
-	log, ev, _, others := withGonePeer(t, 1, 1)
-	ev.WaitCount(t, mscheduler.EventSucceeded, 2)
+	log, ev, _, others := withGonePeer(t, 0, 1)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
 	entries := log.snapshot()
-	// The first claim (a findAndModify) takes the consumer's own task; the
-	// batch claim after it reads the peer's alone, and takes it.
 	reads := 0
 	for _, e := range entries {
 		switch {
@@ -291,7 +289,8 @@ func TestLostTasksBringTheAnnounceForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Announces are brought forward at most once per ReannounceGap from
-	// the last one.
+	// the last one: the first claim brought the second forward.
+	log.waitCount(t, 2, "announce")
 	var last time.Time
 	for _, e := range log.snapshot() {
 		if e.kind == "announce" {
@@ -299,38 +298,47 @@ func TestLostTasksBringTheAnnounceForward(t *testing.T) {
 		}
 	}
 	<-time.After(time.Until(last.Add(mscheduler.ReannounceGap)))
-	before, reads := len(log.snapshot()), log.count("candidates")
+	before, reads, announces := len(log.snapshot()), log.count("candidates"), log.count("announce")
 	g <- struct{}{}                         // a slot frees; the claim from spares misses
 	log.waitCount(t, reads+1, "candidates") // the claim that missed reads afresh
 
+	log.waitCount(t, announces+1, "announce")
+
 	after := log.snapshot()[before:]
 	missed := slices.IndexFunc(after, func(e claimEntry) bool { return e.kind == "batch" })
-	read := slices.IndexFunc(after, func(e claimEntry) bool { return e.kind == "candidates" })
-	if missed < 0 || read < missed {
-		t.Fatalf("no claim from spares before the fresh read: %v", after)
+	if missed < 0 {
+		t.Fatalf("no claim from spares: %v", after)
 	}
-	if !slices.ContainsFunc(after[missed:read], func(e claimEntry) bool { return e.kind == "announce" }) {
-		t.Errorf("no announce between the claim that lost its tasks and the fresh read: %v", after)
+	announced := slices.IndexFunc(after, func(e claimEntry) bool { return e.kind == "announce" })
+	if announced < missed {
+		t.Errorf("no announce after the claim that lost its tasks: %v", after)
+	}
+	if gap := after[announced].at.Sub(after[missed].at); gap > time.Second {
+		t.Errorf("the announce came %v after the claim that lost its tasks, want at once", gap)
 	}
 }
 
-// TestFirstBatchReadAnnouncesAgain: a consumer announces itself again
-// right before its first read of candidates, so that consumers started
-// together, whose first announces came one after the other and knew of
-// few of the others, choose by shares that agree.
-func TestFirstBatchReadAnnouncesAgain(t *testing.T) {
+// TestFirstClaimAnnouncesAgain: consumers started together announce
+// themselves one after the other, the first knowing of few of the
+// others; the first claim that finds work waiting therefore brings the
+// second announce forward to ReannounceGap after the first, not
+// AnnounceSoon, so that their shares soon agree.
+func TestFirstClaimAnnouncesAgain(t *testing.T) {
 	log, ev := loggedConsumer(t, numbered(8), noop, func(c *mscheduler.ConsumerConfig) {
 		c.Capacity, c.PollInterval = 8, time.Minute
 	})
 	ev.WaitCount(t, mscheduler.EventSucceeded, 8)
-	entries := log.snapshot()
-	read := slices.IndexFunc(entries, func(e claimEntry) bool { return e.kind == "candidates" })
-	claim := slices.IndexFunc(entries, func(e claimEntry) bool { return e.kind == "findAndModify" })
-	if read < 0 || claim < 0 || read < claim {
-		t.Fatalf("want a first claim by findAndModify, then a read of candidates: %v", entries)
+	log.waitCount(t, 2, "announce")
+	var announces []time.Time
+	for _, e := range log.snapshot() {
+		if e.kind == "announce" {
+			announces = append(announces, e.at)
+		}
 	}
-	if !slices.ContainsFunc(entries[claim:read], func(e claimEntry) bool { return e.kind == "announce" }) {
-		t.Errorf("no announce between the first claim and the first read of candidates: %v", entries)
+	// AnnounceSoon is jittered by 20% at most: a gap below 70% of it was
+	// brought forward.
+	if gap := announces[1].Sub(announces[0]); gap < mscheduler.ReannounceGap*9/10 || gap > mscheduler.AnnounceSoon*7/10 {
+		t.Errorf("the second announce came %v after the first, want from %v to %v", gap, mscheduler.ReannounceGap*9/10, mscheduler.AnnounceSoon*7/10)
 	}
 }
 

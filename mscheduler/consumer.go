@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/history"
@@ -430,14 +431,20 @@ type Consumer[P, R any] struct {
 	slotFreed chan struct{}
 
 	// leader says this consumer held the maintenance lease at its last
-	// try; written by the claim loop, read by anyone.
+	// try; written by the upkeep loop, read by anyone.
 	leader atomic.Bool
+	// peerView is the last announce's view of the consumers alive
+	// (nil before the first); see view.
+	peerView atomic.Pointer[peerView]
+	// reannounce, buffered 1: the claim loop asks the upkeep loop for an
+	// announce soon.
+	reannounce chan struct{}
 
 	// abandoned counts handler goroutines given up on and still running:
 	// raised by the run that abandons one, lowered by the goroutine itself.
 	abandoned atomic.Int64
 
-	// fetchCtx stops the claim loop and the watcher; workCtx cancels
+	// fetchCtx stops the claim loop, the upkeep loop and the watcher; workCtx cancels
 	// handlers; pingCtx stops the pinger, last, once no run is left; endCtx
 	// gives up run ends still being written when Stop has waited enough.
 	// All are set by Start and never change after.
@@ -480,14 +487,15 @@ func NewConsumer[P, R any](coll *mongo.Collection, handler Handler[P, R], cfg *C
 	con := &Consumer[P, R]{
 		// Claims, run ends and pings read what they just wrote: only the
 		// primary has it for sure.
-		coll:      coll.Clone(options.Collection().SetWriteConcern(c.WriteConcern).SetReadPreference(readpref.Primary())),
-		handler:   handler,
-		cfg:       c,
-		clock:     newServerClock(c.Clock, c.Monotonic, c.ClockSyncInterval),
-		log:       c.Logger.With("worker_id", c.WorkerID, "collection", coll.Name()),
-		slots:     semaphore.NewWeighted(int64(c.Capacity)),
-		wakeCh:    make(chan struct{}, 1),
-		slotFreed: make(chan struct{}, 1),
+		coll:       coll.Clone(options.Collection().SetWriteConcern(c.WriteConcern).SetReadPreference(readpref.Primary())),
+		handler:    handler,
+		cfg:        c,
+		clock:      newServerClock(c.Clock, c.Monotonic, c.ClockSyncInterval),
+		log:        c.Logger.With("worker_id", c.WorkerID, "collection", coll.Name()),
+		slots:      semaphore.NewWeighted(int64(c.Capacity)),
+		wakeCh:     make(chan struct{}, 1),
+		slotFreed:  make(chan struct{}, 1),
+		reannounce: make(chan struct{}, 1),
 	}
 	con.pinger = lease.New(con.coll, c.WorkerID, c.Groups, con.clock, lease.Notify{
 		Renewed:    func(r *lease.Run) { con.emit(Event{Kind: EventRenewed, Key: r.Key, RunID: r.RunID}) },
@@ -554,17 +562,12 @@ func (c *Consumer[P, R]) Start(ctx context.Context) error {
 	case c.started:
 		return errors.New("mscheduler: consumer already started")
 	}
-	if err := c.clock.Ensure(ctx, c.coll.Database()); err != nil {
-		return err
-	}
-	if err := ensureSchema(ctx, c.coll, c.log); err != nil {
-		return err
-	}
 	c.fetchCtx, c.fetchCancel = context.WithCancel(context.Background())
 	c.workCtx, c.workCancel = context.WithCancelCause(context.Background())
 	c.pingCtx, c.pingCancel = context.WithCancel(context.Background())
 	c.endCtx, c.endCancel = context.WithCancel(context.Background())
-	stream, err := c.openStream(ctx)
+	up := &upkeepState{}
+	stream, err := c.prepare(ctx, up)
 	if err != nil {
 		c.fetchCancel()
 		c.workCancel(err)
@@ -576,10 +579,11 @@ func (c *Consumer[P, R]) Start(ctx context.Context) error {
 	c.histCancel = histCancel
 	c.started = true
 	c.unsubscribe = local.addConsumer(namespaceOf(c.coll), &localConsumer{wake: c.wakeCh, cancel: c.cancelRuns})
-	c.loops.Add(3)
+	c.loops.Add(4)
 	go func() { defer c.loops.Done(); c.pinger.Loop(c.pingCtx) }()
 	go func() { defer c.loops.Done(); c.history.Loop(histCtx) }()
 	go func() { defer c.loops.Done(); c.claimLoop(c.fetchCtx) }()
+	go func() { defer c.loops.Done(); c.upkeepLoop(c.fetchCtx, up) }()
 	if c.ends != nil {
 		c.loops.Add(1)
 		go func() { defer c.loops.Done(); c.ends.Loop(c.endCtx) }()
@@ -589,6 +593,38 @@ func (c *Consumer[P, R]) Start(ctx context.Context) error {
 		go func() { defer c.loops.Done(); c.watchLoop(c.fetchCtx, stream) }()
 	}
 	return nil
+}
+
+// prepare does what Start must do before claims, its commands at once, so
+// that on a slow server a start costs two round trips, not five: it
+// measures the server clock, then announces the consumer (with the
+// server's time); it checks the schema; it opens the change stream. The
+// first announce failing is no error: the upkeep loop tries again.
+func (c *Consumer[P, R]) prepare(ctx context.Context, up *upkeepState) (*mongo.ChangeStream, error) {
+	var g errgroup.Group
+	g.Go(func() error {
+		if err := c.clock.Ensure(ctx, c.coll.Database()); err != nil {
+			return err
+		}
+		if err := c.announce(ctx, up); err != nil {
+			c.log.Warn("could not announce the consumer; trying again soon", "error", err)
+			return nil
+		}
+		up.announceAt = c.clock.Now().Add(jitter(min(c.cfg.MaintenanceInterval, announceSoon)))
+		return nil
+	})
+	g.Go(func() error { return ensureSchema(ctx, c.coll, c.log) })
+	var stream *mongo.ChangeStream
+	g.Go(func() (err error) {
+		stream, err = c.openStream(ctx)
+		return err
+	})
+	err := g.Wait()
+	if err != nil && stream != nil {
+		_ = stream.Close(context.Background())
+		c.watching.open.Store(false)
+	}
+	return stream, err
 }
 
 // Stop stops claiming, waits for running handlers until ctx is done, then

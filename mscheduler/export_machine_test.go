@@ -24,6 +24,7 @@ import (
 type Worker struct {
 	c    *Consumer[map[string]any, struct{}]
 	st   *claimState
+	up   *upkeepState
 	runs map[string]*lease.Run // by run id
 
 	// behaviour is what the handler does at each attempt of Execute, and
@@ -75,7 +76,7 @@ func NewWorker(ctx context.Context, coll *mongo.Collection, id string, wall func
 	}
 	// One consumer among one: its batch claims take candidates in claim
 	// order, not from a random place, so that a sequence replays.
-	w.c, w.st, w.runs = c, &claimState{peers: 1}, map[string]*lease.Run{}
+	w.c, w.st, w.up, w.runs = c, &claimState{peers: 1}, &upkeepState{}, map[string]*lease.Run{}
 	return w, nil
 }
 
@@ -248,11 +249,11 @@ func (w *Worker) Ping(ctx context.Context, runID string) (bool, error) {
 // leases lapse and another worker's sweep expires them.
 func (w *Worker) Die() { clear(w.runs) }
 
-// Sweep expires the runs whose lease lapsed, as the claim loop's sweep
+// Sweep expires the runs whose lease lapsed, as the upkeep loop's sweep
 // does.
 func (w *Worker) Sweep(ctx context.Context) error {
 	now := w.Now()
-	_, err := w.c.upkeep.Sweep(ctx, &w.st.sweepSkips, now, now)
+	_, err := w.c.upkeep.Sweep(ctx, &w.up.sweepSkips, now, now)
 	return err
 }
 
@@ -265,7 +266,7 @@ func (w *Worker) Check(ctx context.Context) error {
 // Maintain runs one maintenance pass: retention deletes and the history
 // records left unwritten.
 func (w *Worker) Maintain(ctx context.Context) {
-	w.c.upkeep.Maintain(ctx, w.Now(), &w.st.ttl)
+	w.c.upkeep.Maintain(ctx, w.Now(), &w.up.ttl)
 }
 
 // machineLog discards a worker's logs unless MSCHEDULER_TEST_LOG is set.

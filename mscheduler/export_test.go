@@ -209,8 +209,9 @@ func ShareOf(key string, peers int) int { return claimchoice.ShareOf(key, peers)
 
 // PassOverMin is the least a consumer leaves a task of another share to
 // its own consumer; ReannounceGap bounds how often lost tasks bring an
-// announce forward.
+// announce forward; AnnounceSoon bounds the wait for a second announce.
 const (
 	PassOverMin   = passOverMin
 	ReannounceGap = reannounceGap
+	AnnounceSoon  = announceSoon
 )

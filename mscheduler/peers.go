@@ -1,11 +1,6 @@
 package mscheduler
 
-import (
-	"context"
-	"time"
-
-	"github.com/mscheduler/mscheduler/mscheduler/internal/peers"
-)
+import "time"
 
 // Idle workers poll, look for the next due task and sweep on timers, so
 // that without a change stream N of them would cost the server N times
@@ -34,60 +29,24 @@ const peerLapse = 3
 // later.
 const announceSoon = 5 * time.Second
 
-// announceIfDue announces this consumer when its time has come: at start,
-// then once more within announceSoon, then every MaintenanceInterval, and
-// when the last claim brought it forward (see viewMayBeStale); after a
-// failure, within announceSoon. Run by the claim loop.
-func (c *Consumer[P, R]) announceIfDue(ctx context.Context, st *claimState) {
-	now := c.clock.Now()
-	if now.Before(st.announceAt) {
-		return
-	}
-	every := c.cfg.MaintenanceInterval
-	if st.announceAt.IsZero() {
-		every = min(every, announceSoon)
-	}
-	st.announceAt, st.announced = now.Add(jitter(every)), now
-	view, err := c.peers.Announce(ctx, now, c.aliveWindow(now))
-	if err != nil {
-		// The last view is the better guess: alone, this consumer would
-		// take every share at once. Soon again, as at start.
-		c.loopError(ctx, err)
-		st.announceAt = now.Add(jitter(min(every, announceSoon)))
-		return
-	}
-	if view.Alive != st.peers || view.Rank != st.rank {
-		st.spares.Drop() // chosen by shares that moved
-	}
-	st.peers, st.rank, st.peersGone = view.Alive, view.Rank, view.Gone
-}
-
 // reannounceGap bounds how often claims that lost tasks bring the next
 // announce forward.
 const reannounceGap = time.Second
 
-// viewMayBeStale brings the next announce forward when the last claim
-// says the view of the consumers alive, which the shares rest on, may be
-// stale: the first claim that found work waiting (consumers started
-// together announced one after the other, the first knowing of few of the
-// others), and a batch claim that lost tasks, once reannounceGap has
-// passed since the last announce (a consumer joined since, and took tasks
-// of the share this one still thinks its own).
-func (st *claimState) viewMayBeStale(now time.Time) {
-	first := st.backlog && !st.workFound
-	st.workFound = st.workFound || st.backlog
-	if (first || st.lostTasks && now.Sub(st.announced) >= reannounceGap) && now.Before(st.announceAt) {
-		st.announceAt = now
+// viewMayBeStale asks for an announce soon when the last claim says the
+// view of the consumers alive, which the shares rest on, may be stale: the
+// first claim that found work (consumers started together announced one
+// after the other, the first knowing of few of the others), and a batch
+// claim that lost tasks (a consumer joined since, and took tasks of the
+// share this one still thinks its own). The upkeep loop announces at most
+// once per reannounceGap for it.
+func (c *Consumer[P, R]) viewMayBeStale(st *claimState, won bool) {
+	first := (st.backlog || won) && !st.workFound
+	st.workFound = st.workFound || st.backlog || won
+	if first || st.lostTasks {
+		c.askReannounce()
 	}
 	st.lostTasks = false
-}
-
-// aliveWindow is when a consumer alive at now was last seen: within
-// peerLapse maintenance intervals, and not later than one interval ahead
-// (consumers' clocks are the server's, give or take a round trip; a time
-// further ahead was edited by hand and would count for ever).
-func (c *Consumer[P, R]) aliveWindow(now time.Time) peers.Window {
-	return peers.Window{From: now.Add(-peerLapse * c.cfg.MaintenanceInterval), To: now.Add(c.cfg.MaintenanceInterval)}
 }
 
 // spreadOut stretches an interval d by peers/PollBudget, when more than

@@ -36,8 +36,9 @@ func (l *idleLog) monitor() *event.CommandMonitor {
 			l.mu.Lock()
 			defer l.mu.Unlock()
 			switch {
-			case e.CommandName == "findAndModify" && e.Command.Lookup("query", "free").Type != 0:
-				l.claims = append(l.claims, time.Now())
+			case e.CommandName == "findAndModify" && e.Command.Lookup("query", "free").Type != 0,
+				e.CommandName == "find" && e.Command.Lookup("sort", "priority").Type != 0 && e.Command.Lookup("filter", "free").Type != 0:
+				l.claims = append(l.claims, time.Now()) // a claim, alone or by a read of candidates
 			case e.CommandName == "find" && e.Command.Lookup("filter", "next_expiry").Type != 0:
 				l.sweeps = append(l.sweeps, time.Now())
 			case e.CommandName == "find" && e.Command.Lookup("filter", "$or").Type != 0 && e.Command.Lookup("filter", "status").Type == 0:

@@ -1,6 +1,7 @@
 package mscheduler_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -131,7 +132,9 @@ func readMessage(r io.Reader) ([]byte, error) {
 
 const opMsg = 2013
 
-// commandOf returns the command name and body of an OP_MSG request.
+// commandOf returns the command name and body of an OP_MSG request, with
+// its document sequences (the statements of an update, say) appended to
+// the body as arrays, as if they had been sent inline.
 func commandOf(msg []byte) (string, bson.Raw, bool) {
 	if len(msg) < 21 || binary.LittleEndian.Uint32(msg[12:16]) != opMsg || msg[20] != 0 {
 		return "", nil, false
@@ -145,7 +148,50 @@ func commandOf(msg []byte) (string, bson.Raw, bool) {
 	if err != nil || len(elems) == 0 {
 		return "", nil, false
 	}
+	end := len(msg)
+	if binary.LittleEndian.Uint32(msg[16:20])&1 != 0 { // a checksum follows the sections
+		end -= 4
+	}
+	if rest := msg[21+len(body) : end]; len(rest) > 0 {
+		body = withSequences(body, rest)
+	}
 	return elems[0].Key(), body, true
+}
+
+// withSequences appends the kind 1 sections of an OP_MSG (each an
+// identifier and its documents) to body as arrays.
+func withSequences(body bson.Raw, sections []byte) bson.Raw {
+	var doc bson.D
+	if err := bson.Unmarshal(body, &doc); err != nil {
+		return body
+	}
+	for len(sections) > 5 && sections[0] == 1 {
+		size := int(binary.LittleEndian.Uint32(sections[1:5]))
+		if size < 5 || 1+size > len(sections) {
+			break
+		}
+		seq := sections[5 : 1+size]
+		sections = sections[1+size:]
+		nul := bytes.IndexByte(seq, 0)
+		if nul < 0 {
+			break
+		}
+		var docs bson.A
+		for rest := seq[nul+1:]; len(rest) >= 4; {
+			n := int(binary.LittleEndian.Uint32(rest[:4]))
+			if n < 5 || n > len(rest) {
+				break
+			}
+			docs = append(docs, bson.Raw(rest[:n]))
+			rest = rest[n:]
+		}
+		doc = append(doc, bson.E{Key: string(seq[:nul]), Value: docs})
+	}
+	out, err := bson.Marshal(doc)
+	if err != nil {
+		return body
+	}
+	return out
 }
 
 // moreToCome reports an OP_MSG with no reply.
@@ -153,13 +199,23 @@ func moreToCome(msg []byte) bool {
 	return len(msg) >= 20 && binary.LittleEndian.Uint32(msg[12:16]) == opMsg && binary.LittleEndian.Uint32(msg[16:20])&2 != 0
 }
 
-// filterOf is the filter of a findAndModify or update command's first
-// statement, as sent.
+// filterOf is the filter of a findAndModify command, as sent.
 func filterOf(name string, body bson.Raw) bson.Raw {
-	switch name {
-	case "findAndModify":
+	if name == "findAndModify" {
 		f, _ := body.Lookup("query").DocumentOK()
 		return f
 	}
 	return nil
+}
+
+// isClaim reports whether a command claims tasks: a single claim, or a
+// batch claim's update.
+func isClaim(name string, body bson.Raw) bool {
+	switch name {
+	case "findAndModify":
+		return filterOf(name, body).Lookup("free").Type != 0
+	case "update": // its first statement's filter
+		return body.Lookup("updates", "0", "q", "done_by").Type != 0
+	}
+	return false
 }

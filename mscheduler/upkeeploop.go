@@ -1,0 +1,197 @@
+package mscheduler
+
+import (
+	"context"
+	"time"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/peers"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/upkeep"
+)
+
+// The upkeep loop is the consumer's owner loop for everything but claims:
+// announcing the consumer, sweeping lapsed leases, and, for the holder of
+// the collection's maintenance lease, the maintenance pass and the check.
+// It runs beside the claim loop so that neither waits on the other: on a
+// slow server a maintenance pass of several commands must not hold back a
+// claim, and a backlog of claims must not starve the sweep that rescues a
+// dead worker's runs.
+
+// upkeepState belongs to the upkeep loop goroutine alone.
+type upkeepState struct {
+	sweepAt    time.Time
+	sweepSkips upkeep.SweepSkips
+	checkAt    time.Time
+	// maintainAt is the next try at the maintenance lease; ttl says
+	// whether the server deletes expired documents itself.
+	maintainAt time.Time
+	ttl        upkeep.TTL
+	announceAt time.Time
+	announced  time.Time // the last announce
+	// peersGone are the consumers the last announce found lapsed, for the
+	// maintenance holder to forget.
+	peersGone []string
+}
+
+// peerView is what the last announce learnt of the consumers alive: how
+// many (this one included) and this one's place among them. Written by
+// the upkeep loop (and Start), read by the claim loop.
+type peerView struct {
+	alive, rank int
+}
+
+// upkeepLoop runs the upkeep until ctx is done. The first announce was
+// made by Start.
+func (c *Consumer[P, R]) upkeepLoop(ctx context.Context, st *upkeepState) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		c.announceIfDue(ctx, st) // first: the sweep's interval is spread by the peers
+		c.sweepIfDue(ctx, st)
+		c.maintainIfDue(ctx, st)
+		c.checkIfDue(ctx, st)
+		next := minTime(st.sweepAt, st.checkAt, st.maintainAt, st.announceAt)
+		timer.Reset(max(next.Sub(c.clock.Now()), time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.reannounce:
+			c.announceSoon(st)
+		case <-timer.C:
+		}
+	}
+}
+
+// view is the consumers alive as the last announce saw them: this one
+// alone before the first.
+func (c *Consumer[P, R]) view() peerView {
+	if v := c.peerView.Load(); v != nil {
+		return *v
+	}
+	return peerView{alive: 1}
+}
+
+// askReannounce asks the upkeep loop to announce again soon (see
+// viewMayBeStale). Called by the claim loop; never blocks.
+func (c *Consumer[P, R]) askReannounce() {
+	select {
+	case c.reannounce <- struct{}{}:
+	default:
+	}
+}
+
+// announceSoon brings the next announce forward to now, or to
+// reannounceGap after the last one if that is later.
+func (c *Consumer[P, R]) announceSoon(st *upkeepState) {
+	at := maxTime(c.clock.Now(), st.announced.Add(reannounceGap))
+	if at.Before(st.announceAt) {
+		st.announceAt = at
+	}
+}
+
+// announce records this consumer as alive and takes in what the reply
+// says of the others.
+func (c *Consumer[P, R]) announce(ctx context.Context, st *upkeepState) error {
+	now := c.clock.Now()
+	st.announced = now
+	view, err := c.peers.Announce(ctx, now, c.aliveWindow(now))
+	if err != nil {
+		return err
+	}
+	c.peerView.Store(&peerView{alive: view.Alive, rank: view.Rank})
+	st.peersGone = view.Gone
+	return nil
+}
+
+// announceIfDue announces this consumer when its time has come: at start,
+// then once more within announceSoon, then every MaintenanceInterval, and
+// when the claim loop brought it forward (see viewMayBeStale); after a
+// failure, within announceSoon.
+func (c *Consumer[P, R]) announceIfDue(ctx context.Context, st *upkeepState) {
+	now := c.clock.Now()
+	if now.Before(st.announceAt) {
+		return
+	}
+	every := c.cfg.MaintenanceInterval
+	if st.announceAt.IsZero() {
+		every = min(every, announceSoon)
+	}
+	st.announceAt = now.Add(jitter(every))
+	if err := c.announce(ctx, st); err != nil {
+		// The last view is the better guess: alone, this consumer would
+		// take every share at once. Soon again, as at start.
+		c.loopError(ctx, err)
+		st.announceAt = now.Add(jitter(min(every, announceSoon)))
+	}
+}
+
+// sweepIfDue runs a sweep when its time has come.
+func (c *Consumer[P, R]) sweepIfDue(ctx context.Context, st *upkeepState) {
+	now := c.clock.Now()
+	if now.Before(st.sweepAt) {
+		return
+	}
+	interval := jitter(c.spreadOut(c.cfg.SweepInterval, c.view().alive))
+	st.sweepAt = now.Add(interval)
+	next, err := c.upkeep.Sweep(ctx, &st.sweepSkips, now, st.sweepAt)
+	// The interval counts from the sweep's end: on a slow server, sweeps
+	// back to back would be most of the load.
+	st.sweepAt = c.clock.Now().Add(interval)
+	if err != nil {
+		c.loopError(ctx, err)
+		return
+	}
+	if !next.IsZero() && next.Before(st.sweepAt) {
+		st.sweepAt = next
+	}
+}
+
+// maintainIfDue takes or renews the maintenance lease when its time has
+// come, and does the pass if this worker holds it.
+func (c *Consumer[P, R]) maintainIfDue(ctx context.Context, st *upkeepState) {
+	now := c.clock.Now()
+	if now.Before(st.maintainAt) {
+		return
+	}
+	st.maintainAt = now.Add(jitter(c.cfg.MaintenanceInterval))
+	leader, err := c.upkeep.TakeMaintenance(ctx, now, 3*c.cfg.MaintenanceInterval)
+	c.leader.Store(leader)
+	if err != nil {
+		c.loopError(ctx, err)
+		return
+	}
+	if leader {
+		c.upkeep.Maintain(ctx, now, &st.ttl)
+		alive := c.aliveWindow(now)
+		if err := c.peers.Forget(ctx, st.peersGone, &alive); err != nil {
+			c.loopError(ctx, err)
+		}
+	}
+}
+
+// checkIfDue runs a check when its time has come, by the maintenance
+// lease holder alone: N workers cost the server one.
+func (c *Consumer[P, R]) checkIfDue(ctx context.Context, st *upkeepState) {
+	now := c.clock.Now()
+	if now.Before(st.checkAt) {
+		return
+	}
+	st.checkAt = now.Add(jitter(c.cfg.CheckInterval))
+	if !c.leader.Load() {
+		return
+	}
+	again, err := c.upkeep.Check(ctx, now)
+	if err != nil {
+		c.loopError(ctx, err)
+	}
+	if again {
+		st.checkAt = now // the rest at the next turn of the loop
+	}
+}
+
+// aliveWindow is when a consumer alive at now was last seen: within
+// peerLapse maintenance intervals, and not later than one interval ahead
+// (consumers' clocks are the server's, give or take a round trip; a time
+// further ahead was edited by hand and would count for ever).
+func (c *Consumer[P, R]) aliveWindow(now time.Time) peers.Window {
+	return peers.Window{From: now.Add(-peerLapse * c.cfg.MaintenanceInterval), To: now.Add(c.cfg.MaintenanceInterval)}
+}
