@@ -65,6 +65,9 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 			st.leases.observe(fromMS(cd.WorkerTimeoutMS))
 		}
 	}
+	// The runs start now, not when the candidates were read: on a slow
+	// server that read took a round trip of their first lease.
+	now = c.clock.Now()
 	runIDs := make([]string, len(chosen))
 	models := make([]mongo.WriteModel, len(chosen))
 	exact := true
@@ -83,6 +86,9 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 	sent := time.Now()
 	res, werr := c.coll.BulkWrite(wctx, models, options.BulkWrite().SetOrdered(false))
 	st.claimLatency = time.Since(sent)
+	if werr == nil {
+		c.commandTook(st.claimLatency)
+	}
 	if werr != nil || fromSpares && res.MatchedCount < int64(len(chosen)) {
 		// Spares that missed were taken by others, or changed: the rest
 		// are likely stale too. After a refusal, they may hold its task.

@@ -194,6 +194,10 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 			// and no spares are kept to claim them with one.
 			want = 1
 		}
+		if want = min(want, c.allowedMore()); want <= 0 {
+			c.holdBack(ctx, st)
+			return
+		}
 		k := c.takeSlots(want)
 		if k == 0 {
 			return
@@ -309,6 +313,7 @@ func (c *Consumer[P, R]) admit(raw bson.Raw, runID string, st *claimState) bool 
 		return false
 	}
 	st.leases.observe(fromMS(doc.WorkerTimeoutMS))
+	c.limiter.KeepWithin(fromMS(doc.WorkerTimeoutMS))
 	if !c.planGate(doc) {
 		return false
 	}
@@ -347,6 +352,9 @@ func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (bson.Raw
 	sent := time.Now()
 	raw, err := c.caps.FindOneAndUpdate(wctx, c.coll, filter, update, opts, bson.D{{Key: fRuns, Value: 0}}).Raw()
 	st.claimLatency = time.Since(sent)
+	if err == nil || errors.Is(err, mongo.ErrNoDocuments) {
+		c.commandTook(st.claimLatency)
+	}
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return nil, "", nil

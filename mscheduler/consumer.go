@@ -23,6 +23,8 @@ import (
 	"github.com/mscheduler/mscheduler/mscheduler/internal/history"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/peers"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/pressure"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/retry"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/upkeep"
 )
@@ -440,6 +442,12 @@ type Consumer[P, R any] struct {
 	// announce soon.
 	reannounce chan struct{}
 
+	// limiter turns the server's latency into a limit on the runs held;
+	// retries is the budget of commands sent again after a failure. Both
+	// are fed by every component, read by the claim loop and Pressure.
+	limiter *pressure.Limiter
+	retries *retry.Budget
+
 	// abandoned counts handler goroutines given up on and still running:
 	// raised by the run that abandons one, lowered by the goroutine itself.
 	abandoned atomic.Int64
@@ -497,12 +505,16 @@ func NewConsumer[P, R any](coll *mongo.Collection, handler Handler[P, R], cfg *C
 		slotFreed:  make(chan struct{}, 1),
 		reannounce: make(chan struct{}, 1),
 	}
+	mono := monotonicNow(c.Monotonic)
+	con.limiter = pressure.New(c.Capacity, mono, con.pressureChanged)
+	con.retries = retry.NewBudget(mono)
 	con.pinger = lease.New(con.coll, c.WorkerID, c.Groups, con.clock, lease.Notify{
 		Renewed:    func(r *lease.Run) { con.emit(Event{Kind: EventRenewed, Key: r.Key, RunID: r.RunID}) },
 		PingFailed: func(r *lease.Run, err error) { con.emit(Event{Kind: EventError, Key: r.Key, RunID: r.RunID, Err: err}) },
 	}, lease.Causes{Cancelled: ErrCancelled, Revoked: ErrRevoked, LeaseLost: ErrLeaseLost}, con.log, &con.caps, c.PingBatchMax)
+	con.pinger.Use(con.retries, con.limiter.Observe)
 	if c.EndBatchMax > 1 {
-		con.ends = runend.NewBatcher(con.coll, c.WorkerID, c.EndBatchMax, c.EndBatchWindow, c.WriteTimeout, con.Running)
+		con.ends = runend.NewBatcher(con.coll, c.WorkerID, c.EndBatchMax, c.EndBatchWindow, con.Running)
 	}
 	var carrier history.Carrier // not a nil *runend.Batcher: that is no nil Carrier
 	if con.ends != nil {
@@ -614,6 +626,12 @@ func (c *Consumer[P, R]) prepare(ctx context.Context, up *upkeepState) (*mongo.C
 		return nil
 	})
 	g.Go(func() error { return ensureSchema(ctx, c.coll, c.log) })
+	g.Go(func() error {
+		if err := c.caps.Probe(ctx, c.coll); err != nil {
+			c.log.Debug("could not learn whether the server takes a projection on findAndModify", "error", err)
+		}
+		return nil
+	})
 	var stream *mongo.ChangeStream
 	g.Go(func() (err error) {
 		stream, err = c.openStream(ctx)
@@ -672,7 +690,7 @@ func (c *Consumer[P, R]) stop(ctx context.Context) error {
 // leave removes this consumer from the consumers alive, so that the
 // others poll at their share again at once, not after it lapses.
 func (c *Consumer[P, R]) leave() {
-	ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.WriteTimeout, time.Second))
+	ctx, cancel := retry.Bounded(context.Background(), min(c.cfg.WriteTimeout, time.Second), errWriteTimeout)
 	defer cancel()
 	if err := c.peers.Forget(ctx, []string{c.cfg.WorkerID}, nil); err != nil {
 		c.log.Debug("could not leave the consumers alive; the entry lapses", "error", err)
@@ -732,5 +750,5 @@ func (c *Consumer[P, R]) emit(e Event) {
 
 // writeCtx bounds a write that must happen even while the consumer stops.
 func (c *Consumer[P, R]) writeCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
+	return retry.Bounded(context.Background(), c.cfg.WriteTimeout, errWriteTimeout)
 }

@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/retry"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/upkeep"
@@ -159,18 +160,20 @@ func (c *Consumer[P, R]) newRunEnd(r *lease.Run, attempts int) *runend.End {
 	}}
 }
 
-// endWriteTries bounds the attempts at a run end that fails for a reason
-// that may pass (the network, a failover, a timeout). Between them the
-// pinger keeps the run's lease, so a slow server costs no second run.
-const endWriteTries = 5
-
 // writeEnd writes a run's end while the pinger keeps its lease. A write the
 // server refuses because of what the document holds is replaced by the
 // minimal write that ends the run and sets the task invalid, naming the
-// field. A write that keeps failing otherwise is given up when the lease
-// lapses or after endWriteTries: the lease then lapses, and another worker
-// records the run as expired (at least once, never lost).
+// field. A write that fails otherwise (the network, a failover, a slow
+// server) is tried again after a jittered backoff, drawn on the worker's
+// retry budget, for as long as the run's lease is kept: no try is bounded
+// by a fixed timeout that a slow server's round trip could exceed. Once
+// the lease is gone, the run is left to lapse, and another worker records
+// it as expired (at least once, never lost).
 func (c *Consumer[P, R]) writeEnd(r *lease.Run, end *runend.End) {
+	ctx, cancel := context.WithCancelCause(c.endCtx)
+	defer cancel(nil)
+	defer context.AfterFunc(r.Held(), func() { cancel(context.Cause(r.Held())) })()
+	end.Held = r.Held()
 	var err error
 	sent := time.Now()
 	for try := 1; ; try++ {
@@ -179,17 +182,20 @@ func (c *Consumer[P, R]) writeEnd(r *lease.Run, end *runend.End) {
 			err = c.ends.Write(end)
 		}
 		if errors.Is(err, runend.ErrWriteAlone) {
-			ctx, cancel := context.WithTimeout(c.endCtx, c.cfg.WriteTimeout)
 			err = end.Write(ctx, c.coll)
-			cancel()
 		}
-		if err == nil || errors.Is(err, runend.ErrGone) || runend.Unwritable(err) || try == endWriteTries || c.pinger.Lapsed(r) || c.endCtx.Err() != nil {
+		if err == nil {
+			// Not a measure of the server's round trip (it waited for a
+			// batch, and may be several commands), but a success.
+			c.retries.Succeeded()
+		}
+		if err == nil || errors.Is(err, runend.ErrGone) || runend.Unwritable(err) || ctx.Err() != nil {
 			break
 		}
-		c.log.Warn("could not write run end; trying again while the lease is kept", "key", r.Key, "run_id", r.RunID, "try", try, "error", err)
-		select {
-		case <-time.After(backoff(endRetryDelay, try)):
-		case <-c.endCtx.Done():
+		pause := retry.Backoff(endRetryDelay, endRetryDelayMax, try)
+		c.log.Warn("could not write run end; trying again while the lease is kept", "key", r.Key, "run_id", r.RunID, "try", try, "next_try_in", pause.Round(time.Millisecond), "error", err)
+		if c.retries.Wait(ctx) != nil || retry.Sleep(ctx, pause) != nil {
+			break
 		}
 	}
 	ev := Event{Key: r.Key, RunID: r.RunID, Attempt: end.Record.Attempts, Planned: ptrTime(end.Record.Planned),
@@ -213,8 +219,12 @@ func (c *Consumer[P, R]) writeEnd(r *lease.Run, end *runend.End) {
 	c.emit(ev)
 }
 
-// endRetryDelay is the first pause before a run end is tried again.
-const endRetryDelay = 100 * time.Millisecond
+// endRetryDelay is the first pause before a run end is tried again; the
+// pauses double up to endRetryDelayMax.
+const (
+	endRetryDelay    = 100 * time.Millisecond
+	endRetryDelayMax = 5 * time.Second
+)
 
 func (c *Consumer[P, R]) reportEnd(r *lease.Run, end *runend.End, ev Event) {
 	ev.Kind = map[Outcome]EventKind{
@@ -236,7 +246,7 @@ func (c *Consumer[P, R]) reportEnd(r *lease.Run, end *runend.End, ev Event) {
 // stored document: the minimal fenced write removes the run's holder entry
 // and sets the task invalid, keeping the run's record in the reason.
 func (c *Consumer[P, R]) endUnwritable(r *lease.Run, end *runend.End, cause error) {
-	ctx, cancel := context.WithTimeout(c.endCtx, c.cfg.WriteTimeout)
+	ctx, cancel := retry.Bounded(c.endCtx, c.cfg.WriteTimeout, errWriteTimeout)
 	defer cancel()
 	raw, prob := c.upkeep.ProblemOf(ctx, end.Fence, cause)
 	if raw == nil {

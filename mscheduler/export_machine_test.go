@@ -171,7 +171,7 @@ func (w *Worker) End(ctx context.Context, runID string, outcome Outcome) error {
 // EndTogether writes the ends of several runs of the worker in one batch,
 // as the run-end batcher does; it returns the error of each run's end.
 func (w *Worker) EndTogether(ctx context.Context, runIDs []string, outcomes []Outcome) []error {
-	b := runend.NewBatcher(w.c.coll, w.c.cfg.WorkerID, 64, 0, WriteTimeoutDefault, func() int { return len(w.runs) })
+	b := runend.NewBatcher(w.c.coll, w.c.cfg.WorkerID, 64, 0, func() int { return len(w.runs) })
 	ends := make([]*runend.End, len(runIDs))
 	for i, id := range runIDs {
 		r := w.runs[id]

@@ -29,6 +29,11 @@ type cmdProxy struct {
 	// dropIf, when set before the client is used, is called with each
 	// command and its reply; it returns true to drop the reply.
 	dropIf func(name string, body, reply bson.Raw) bool
+	// failIf, when set before the client is used, is called with each
+	// command; it returns true to answer it with an error (a time limit
+	// exceeded) without forwarding it: the command fails, the server never
+	// sees it, and the connection stays up.
+	failIf func(name string, body bson.Raw) bool
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -83,6 +88,12 @@ func (p *cmdProxy) serve(c, s net.Conn) {
 		}
 		drop := false
 		name, body, isCmd := commandOf(req)
+		if isCmd && p.failIf != nil && p.failIf(name, body) {
+			if _, err := c.Write(errorReply(req)); err != nil {
+				return
+			}
+			continue
+		}
 		if isCmd && p.hook != nil {
 			drop = p.hook(name, body)
 		}
@@ -112,6 +123,19 @@ func (p *cmdProxy) close() {
 	for _, c := range p.conns {
 		c.Close()
 	}
+}
+
+// errorReply is an OP_MSG reply to req saying the server gave up on it
+// (ExceededTimeLimit: no error that makes the driver drop its pool).
+func errorReply(req []byte) []byte {
+	doc, _ := bson.Marshal(bson.D{{Key: "ok", Value: 0.0}, {Key: "errmsg", Value: "refused by the test proxy"},
+		{Key: "code", Value: int32(262)}, {Key: "codeName", Value: "ExceededTimeLimit"}})
+	msg := make([]byte, 21, 21+len(doc))
+	binary.LittleEndian.PutUint32(msg[8:12], binary.LittleEndian.Uint32(req[4:8])) // responseTo
+	binary.LittleEndian.PutUint32(msg[12:16], opMsg)
+	msg = append(msg, doc...) // flags 0, then section kind 0
+	binary.LittleEndian.PutUint32(msg[0:4], uint32(len(msg)))
+	return msg
 }
 
 // readMessage reads one length-prefixed wire message whole.
@@ -206,6 +230,14 @@ func filterOf(name string, body bson.Raw) bson.Raw {
 		return f
 	}
 	return nil
+}
+
+// isRunEnd reports whether a command writes the end of runs of worker:
+// an update of the tasks that neither claims nor renews a lease.
+func isRunEnd(name string, body bson.Raw, worker string) bool {
+	return name == "update" && !isClaim(name, body) &&
+		body.Lookup("updates", "0", "u", "$set", "holders."+worker+".lease_until").Type == 0 &&
+		body.Lookup("updates", "0", "q", "holders."+worker+".run").Type != 0
 }
 
 // isClaim reports whether a command claims tasks: a single claim, or a

@@ -93,10 +93,12 @@ func (c *Consumer[P, R]) announceSoon(st *upkeepState) {
 func (c *Consumer[P, R]) announce(ctx context.Context, st *upkeepState) error {
 	now := c.clock.Now()
 	st.announced = now
+	start := time.Now()
 	view, err := c.peers.Announce(ctx, now, c.aliveWindow(now))
 	if err != nil {
 		return err
 	}
+	c.commandTook(time.Since(start))
 	c.peerView.Store(&peerView{alive: view.Alive, rank: view.Rank})
 	st.peersGone = view.Gone
 	return nil

@@ -2,9 +2,11 @@ package worker
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.mongodb.org/mongo-driver/v2/event"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
 )
@@ -30,6 +32,9 @@ type metrics struct {
 	claimTime *prometheus.HistogramVec
 	endTime   *prometheus.HistogramVec
 	tasks     *prometheus.GaugeVec
+	// commands is the round trip of every command of the worker's
+	// client, by command name, as the driver saw it.
+	commands *prometheus.HistogramVec
 }
 
 // latencyBuckets suit commands to a database: 1 ms to 10 s.
@@ -59,6 +64,8 @@ func newMetrics(w *Worker) *metrics {
 		prometheus.ExponentialBuckets(0.01, 3, 12), "collection", "outcome")
 	m.claimTime = histogram("claim_duration_seconds", "Round trip of the command that claims a run.", latencyBuckets, "collection")
 	m.endTime = histogram("run_end_duration_seconds", "Time to write a run's end, retries included.", latencyBuckets, "collection")
+	m.commands = histogram("command_duration_seconds", "Round trip of each command of the worker's client, by command name (failed ones too).", latencyBuckets, "command")
+	m.registry.MustRegister(pressureCollector{w})
 	m.tasks = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "mscheduler", Name: "tasks",
 		Help: "Tasks by status, counted every 30 s by the one worker holding the collection's maintenance lease."}, []string{"collection", "status"})
 	m.registry.MustRegister(m.tasks)
@@ -68,6 +75,70 @@ func newMetrics(w *Worker) *metrics {
 		Help: "1, labelled with the worker's id and the library version.", ConstLabels: prometheus.Labels{"worker_id": w.cfg.WorkerID, "version": mscheduler.Version}},
 		func() float64 { return 1 }))
 	return m
+}
+
+// commandMonitor times each command of the worker's client.
+func (m *metrics) commandMonitor() *event.CommandMonitor {
+	return &event.CommandMonitor{
+		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
+			m.commands.WithLabelValues(e.CommandName).Observe(e.Duration.Seconds())
+		},
+		Failed: func(_ context.Context, e *event.CommandFailedEvent) {
+			m.commands.WithLabelValues(e.CommandName).Observe(e.Duration.Seconds())
+		},
+	}
+}
+
+// pressureCollector reports what each consumer knows of the server's
+// load (see mscheduler.Pressure), read when scraped.
+type pressureCollector struct{ w *Worker }
+
+var (
+	runsLimitDesc = prometheus.NewDesc("mscheduler_runs_limit",
+		"Runs a consumer may hold now: its capacity, less when the server slowed down, 0 while a new run's lease could not be kept.", []string{"collection"}, nil)
+	heldBackDesc = prometheus.NewDesc("mscheduler_claims_held_back_total",
+		"Free slots a consumer left unclaimed because the server was slow.", []string{"collection"}, nil)
+	serverLatencyDesc = prometheus.NewDesc("mscheduler_server_latency_seconds",
+		"Recent average round trip of a consumer's claims, pings and announces.", []string{"collection"}, nil)
+	commandRetriesDesc = prometheus.NewDesc("mscheduler_command_retries_total",
+		"Commands a consumer sent again after a failure (run ends, pings).", []string{"collection"}, nil)
+)
+
+func (pressureCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{runsLimitDesc, heldBackDesc, serverLatencyDesc, commandRetriesDesc} {
+		ch <- d
+	}
+}
+
+// Collect sums over the consumers of each collection (a worker may run
+// several of one collection).
+func (p pressureCollector) Collect(ch chan<- prometheus.Metric) {
+	p.w.mu.Lock()
+	consumers := slices.Clone(p.w.consumers)
+	p.w.mu.Unlock()
+	type sums struct {
+		limit, heldBack, retries float64
+		latency                  time.Duration
+	}
+	by := map[string]*sums{}
+	for _, c := range consumers {
+		s := by[c.collection]
+		if s == nil {
+			s = &sums{}
+			by[c.collection] = s
+		}
+		pr := c.pressure()
+		s.limit += float64(pr.Limit)
+		s.heldBack += float64(pr.HeldBack)
+		s.retries += float64(pr.Retries)
+		s.latency = max(s.latency, pr.Latency)
+	}
+	for name, s := range by {
+		ch <- prometheus.MustNewConstMetric(runsLimitDesc, prometheus.GaugeValue, s.limit, name)
+		ch <- prometheus.MustNewConstMetric(heldBackDesc, prometheus.CounterValue, s.heldBack, name)
+		ch <- prometheus.MustNewConstMetric(serverLatencyDesc, prometheus.GaugeValue, s.latency.Seconds(), name)
+		ch <- prometheus.MustNewConstMetric(commandRetriesDesc, prometheus.CounterValue, s.retries, name)
+	}
 }
 
 // observe counts one consumer event.

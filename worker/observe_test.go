@@ -173,6 +173,12 @@ func TestMetricsAndHealth(t *testing.T) {
 		`mscheduler_run_end_duration_seconds_count{collection="` + name + `"} 3`,
 		`mscheduler_runs_in_progress{worker_id="metered"} 0`,
 		`mscheduler_worker_info{version="` + mscheduler.Version + `",worker_id="metered"} 1`,
+		`mscheduler_runs_limit{collection="` + name + `"} 10`, // its capacity: the server is fast
+		`mscheduler_claims_held_back_total{collection="` + name + `"} 0`,
+		`mscheduler_command_retries_total{collection="` + name + `"} 0`,
+		`mscheduler_server_latency_seconds{collection="` + name + `"} `,
+		`mscheduler_command_duration_seconds_count{command="find"} `,
+		`mscheduler_command_duration_seconds_count{command="update"} `,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)

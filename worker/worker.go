@@ -45,6 +45,7 @@ type consumer struct {
 	abandoned  func() int
 	running    func() int
 	leader     func() bool
+	pressure   func() mscheduler.Pressure
 	capacity   int
 }
 
@@ -126,6 +127,14 @@ func (w *Worker) connect() error {
 	if opts.AppName == nil {
 		opts.SetAppName("mscheduler-worker " + w.cfg.WorkerID)
 	}
+	if opts.Timeout != nil {
+		// A client timeout puts a deadline on every command, and the
+		// driver refuses to send a command whose deadline is nearer than
+		// its least round trip: on a slow server, pings near their lease
+		// would never leave. The library bounds its commands by leases.
+		w.log.Warn("the URI's timeoutMS applies a deadline to every command; on a slow server the driver will refuse to send pings it could still have landed", "timeout", *opts.Timeout)
+	}
+	opts.SetMonitor(w.metrics.commandMonitor())
 	client, err := mongo.Connect(opts)
 	if err != nil {
 		return fmt.Errorf("worker: connect to %s: %w", redact(w.cfg.URI), err)
@@ -191,6 +200,7 @@ func Register[P, R any](w *Worker, collection string, h mscheduler.Handler[P, R]
 		abandoned:  con.Abandoned,
 		running:    con.Running,
 		leader:     con.MaintenanceLeader,
+		pressure:   con.Pressure,
 		capacity:   con.Capacity(),
 	})
 	return nil

@@ -2,11 +2,13 @@ package history
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/retry"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
@@ -98,6 +100,10 @@ func (h *Historian) Loop(ctx context.Context) {
 	}
 }
 
+// errWriteTimeout is the cause of a history write given up after the
+// write timeout.
+var errWriteTimeout = errors.New("mscheduler: history write timed out")
+
 // flush writes a batch and returns it emptied for reuse. The pulls go with
 // the run ends when the consumer is busy and carried (the timer that sends
 // them alone if no batch took them) is given; alone otherwise.
@@ -105,7 +111,7 @@ func (h *Historian) flush(batch []stored.HistoryRecord, carried *time.Timer) []s
 	if len(batch) == 0 {
 		return batch
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.writeTimeout)
+	ctx, cancel := retry.Bounded(context.Background(), h.writeTimeout, errWriteTimeout)
 	defer cancel()
 	if err := Insert(ctx, h.history, batch); err != nil {
 		h.onError(err)
@@ -135,7 +141,7 @@ func (h *Historian) sendCarried() {
 	if h.ends == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.writeTimeout)
+	ctx, cancel := retry.Bounded(context.Background(), h.writeTimeout, errWriteTimeout)
 	defer cancel()
 	if err := SendPulls(ctx, h.tasks, h.ends.TakeCarried()); err != nil {
 		h.onError(err)

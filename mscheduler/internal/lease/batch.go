@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -44,8 +45,10 @@ func (p *Pinger) pingProjection() bson.D {
 }
 
 // renewBatch renews the runs of items together; it returns one result per
-// item, in order.
-func (p *Pinger) renewBatch(ctx context.Context, items []pingItem, sent time.Time) []pingResult {
+// item, in order. When the update matched every run, renewed hears of the
+// renewals at once, before the read.
+func (p *Pinger) renewBatch(ctx context.Context, items []pingItem, sent time.Time, renewed func([]pingResult)) []pingResult {
+	start := time.Now()
 	out := make([]pingResult, len(items))
 	for i, it := range items {
 		out[i] = pingResult{run: it.run, sent: sent, lease: it.lease}
@@ -60,10 +63,20 @@ func (p *Pinger) renewBatch(ctx context.Context, items []pingItem, sent time.Tim
 	// A statement refused by the server (a field edited into the wrong
 	// type) may leave the others applied or not (the development server
 	// stops at the first): the read tells which were.
-	_, err := p.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	res, err := p.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 	var bwe mongo.BulkWriteException
 	if err != nil && !(errors.As(err, &bwe) && bwe.WriteConcernError == nil) {
 		return failAll(out, fmt.Errorf("mscheduler: ping %d runs: %w", len(items), err))
+	}
+	took := time.Since(start)
+	for i := range out {
+		out[i].took = took
+	}
+	if err == nil && res.MatchedCount == int64(len(items)) {
+		renewed(slices.Clone(out))
+		for i := range out {
+			out[i].early = true
+		}
 	}
 	tasks, err := p.readBack(ctx, keys)
 	if err != nil {

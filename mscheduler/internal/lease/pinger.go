@@ -22,6 +22,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/retry"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/serverclock"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
@@ -61,13 +62,29 @@ type Run struct {
 	// alone reads and writes it.
 	Ending bool
 
+	// held is done once the run's lease is gone (lost, or lapsed while its
+	// end was being written) or the run left the pinger: writes about the
+	// run wait no longer. Made by Add, cancelled by the pinger.
+	held     context.Context
+	dropHeld context.CancelCauseFunc
+
 	// Set before Add, then owned by the pinger loop.
 	SoleHolder    bool
 	PingInterval  time.Duration
 	WorkerTimeout time.Duration
 	nextPing      time.Time // server time
 	pinging       bool      // a ping of the run is in flight
+	failures      int       // pings failed in a row
 	ignored       string    // ping settings last ignored, so each is logged once
+}
+
+// Held is done once the run's lease is gone or the run has left the
+// pinger; Background before Add.
+func (r *Run) Held() context.Context {
+	if r.held == nil {
+		return context.Background()
+	}
+	return r.held
 }
 
 // Lease is when the run's lease lapses, as last renewed (server time).
@@ -97,16 +114,37 @@ type Pinger struct {
 	runs map[string]*Run // by run id
 	kick chan struct{}   // buffered 1: a run was added
 
-	results  chan []pingResult // from ping goroutines to the loop, one per run pinged
-	inflight int               // pings in flight; owned by the loop
-	sending  sync.WaitGroup    // ping goroutines
+	results  chan pingReport // from ping goroutines to the loop
+	inflight int             // pings in flight; owned by the loop
+	sending  sync.WaitGroup  // ping goroutines
+
+	// latency is the average round trip of a ping; owned by the loop.
+	latency time.Duration
+	// pressed counts the runs whose lease is within twice a ping's
+	// reserve of lapsing: written by the loop at each tick, read by the
+	// claim loop, which then lets the pings go first.
+	pressed atomic.Int32
+	// budget bounds the pings sent again after a failure; observe hears
+	// of each ping's round trip. Set by Use before Loop, then read only.
+	budget  *retry.Budget
+	observe func(time.Duration)
+}
+
+// pingReport is what a ping goroutine tells the loop: the renewals of a
+// batch as soon as its update matched them all (renewed), then, last,
+// each run's result.
+type pingReport struct {
+	results []pingResult
+	renewed bool
 }
 
 // pingResult is what one ping learnt, for the loop to apply.
 type pingResult struct {
 	run   *Run
 	sent  time.Time // server time the ping was sent
+	took  time.Duration
 	lease time.Time // the lease it asked for
+	early bool      // the loop took the renewal in already (see renewed)
 	reply *pingReply
 	err   error
 }
@@ -116,12 +154,19 @@ type pingResult struct {
 // cancelled with.
 func New(coll *mongo.Collection, workerID string, groups []string, clock *serverclock.Clock, notify Notify, causes Causes, log *slog.Logger, caps *query.Caps, batchMax int) *Pinger {
 	return &Pinger{coll: coll, workerID: workerID, groups: groups, clock: clock, notify: notify, causes: causes, log: log, caps: caps, batchMax: max(batchMax, 1),
-		runs: map[string]*Run{}, kick: make(chan struct{}, 1), results: make(chan []pingResult)}
+		runs: map[string]*Run{}, kick: make(chan struct{}, 1), results: make(chan pingReport)}
+}
+
+// Use sets the budget of pings sent again after a failure, and a function
+// that hears of each ping's round trip; before Loop.
+func (p *Pinger) Use(budget *retry.Budget, observe func(time.Duration)) {
+	p.budget, p.observe = budget, observe
 }
 
 // Add hands a claimed run to the pinger. The first ping comes at the
 // task's ping interval, and before the claim's own lease could lapse.
 func (p *Pinger) Add(r *Run) {
+	r.held, r.dropHeld = context.WithCancelCause(context.Background())
 	r.nextPing = r.Started.Add(min(r.PingInterval, taskstate.ClaimLease/2))
 	p.mu.Lock()
 	p.runs[r.RunID] = r
@@ -137,6 +182,25 @@ func (p *Pinger) Remove(r *Run) {
 	p.mu.Lock()
 	delete(p.runs, r.RunID)
 	p.mu.Unlock()
+	if r.dropHeld != nil {
+		r.dropHeld(errLeftPinger)
+	}
+}
+
+var (
+	errLeftPinger = errors.New("mscheduler: the run's end is written or given up")
+	errLapsed     = errors.New("mscheduler: the run's lease lapsed")
+)
+
+// Pressed says some run's lease is near lapsing (within twice the time a
+// ping needs): new claims should wait for the pings.
+func (p *Pinger) Pressed() bool { return p.pressed.Load() > 0 }
+
+// holds says the pinger still holds r.
+func (p *Pinger) holds(r *Run) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.runs[r.RunID] == r
 }
 
 // Snapshot is the runs the pinger holds now.
@@ -163,10 +227,16 @@ func (p *Pinger) Loop(ctx context.Context) {
 			return
 		case <-p.kick:
 		case <-timer.C:
-		case results := <-p.results:
+		case rep := <-p.results:
+			if rep.renewed {
+				p.renewed(rep.results)
+				continue
+			}
 			p.inflight--
-			for _, res := range results {
-				res.run.pinging = false
+			for _, res := range rep.results {
+				if !res.early {
+					res.run.pinging = false
+				}
 				p.apply(ctx, res)
 			}
 		}
@@ -183,22 +253,32 @@ func (p *Pinger) tick(ctx context.Context) time.Time {
 	now := p.clock.Now()
 	next := now.Add(time.Minute) // with no run, only a kick matters
 	var due, soon []*Run
+	pressed := int32(0)
+	defer func() { p.pressed.Store(pressed) }()
 	for _, r := range p.Snapshot() {
 		if p.Lapsed(r) {
-			// A finished run's end write is left to give up by itself.
+			// A finished run's end write gives up when its held context
+			// says so.
 			p.lose(r, "lease lapsed before a ping could renew it")
+			if r.Finished.Load() {
+				r.dropHeld(errLapsed)
+			}
 			continue
 		}
 		next = minTime(next, r.Lease())
+		if r.Lease().Sub(now) < 2*p.reserve() {
+			pressed++
+		}
+		at := p.pingAt(r)
 		switch {
 		case r.pinging:
-		case !r.nextPing.After(now):
+		case !at.After(now):
 			due = append(due, r)
-		case p.batchMax > 1 && !r.nextPing.After(now.Add(r.PingInterval/2)):
+		case p.batchMax > 1 && !at.After(now.Add(r.PingInterval/2)):
 			soon = append(soon, r)
-			next = minTime(next, r.nextPing)
+			next = minTime(next, at)
 		default:
-			next = minTime(next, r.nextPing)
+			next = minTime(next, at)
 		}
 	}
 	if len(due) == 0 {
@@ -224,10 +304,28 @@ func (p *Pinger) tick(ctx context.Context) time.Time {
 	return next
 }
 
+// pingAt is when a run's next ping is due: at its interval, or earlier
+// when the lease left would not cover the ping's round trip as pings take
+// now (twice over, and a margin). After a failure, at the backoff's time.
+func (p *Pinger) pingAt(r *Run) time.Time {
+	if r.failures > 0 {
+		return r.nextPing
+	}
+	return minTime(r.nextPing, r.Lease().Add(-p.reserve()))
+}
+
+// reserveMargin is the lease a ping is sent with at the least, beyond
+// twice the pings' round trip.
+const reserveMargin = 100 * time.Millisecond
+
+func (p *Pinger) reserve() time.Duration { return 2*p.latency + reserveMargin }
+
 // send starts one ping of runs, bounded by the earliest of their leases: a
 // ping answered after a lease lapsed is worth nothing for that run, and
 // waiting longer on an unreachable server would let its handler outlive
-// its lease.
+// its lease. The bound is no deadline the driver sees (see retry.Bounded):
+// a ping with less lease left than the server's least round trip is still
+// sent, and may still land in time.
 func (p *Pinger) send(ctx context.Context, runs []*Run, now time.Time) {
 	p.inflight++
 	items := make([]pingItem, len(runs))
@@ -239,18 +337,24 @@ func (p *Pinger) send(ctx context.Context, runs []*Run, now time.Time) {
 		timeout = min(timeout, max(r.Lease().Sub(now), time.Millisecond))
 	}
 	p.sending.Go(func() {
-		pctx, cancel := context.WithTimeout(ctx, timeout)
+		pctx, cancel := retry.Bounded(ctx, timeout, errLapsed)
 		defer cancel()
+		start := time.Now()
 		var results []pingResult
 		if len(items) == 1 {
 			it := items[0]
 			reply, err := p.Renew(pctx, it.run, it.lease, it.attempt, it.sole)
-			results = []pingResult{{run: it.run, sent: now, lease: it.lease, reply: reply, err: err}}
+			results = []pingResult{{run: it.run, sent: now, lease: it.lease, reply: reply, err: err, took: time.Since(start)}}
 		} else {
-			results = p.renewBatch(pctx, items, now)
+			results = p.renewBatch(pctx, items, now, func(renewed []pingResult) {
+				select {
+				case p.results <- pingReport{results: renewed, renewed: true}:
+				case <-ctx.Done():
+				}
+			})
 		}
 		select {
-		case p.results <- results:
+		case p.results <- pingReport{results: results}:
 		case <-ctx.Done():
 		}
 	})
@@ -260,16 +364,22 @@ func (p *Pinger) send(ctx context.Context, runs []*Run, now time.Time) {
 func (p *Pinger) apply(ctx context.Context, res pingResult) {
 	r := res.run
 	switch {
-	case r.Lost.Load():
+	case r.Lost.Load() || !p.holds(r): // or its end was written meanwhile
+	case res.err != nil && res.early:
+		// The update renewed the lease; only the read after it failed.
 	case res.err != nil:
 		if ctx.Err() != nil {
 			return
 		}
-		p.log.Warn("ping failed", "key", r.Key, "run_id", r.RunID, "error", res.err)
+		p.retryLater(r)
+		p.log.Warn("ping failed", "key", r.Key, "run_id", r.RunID, "error", res.err, "next_try_in", r.nextPing.Sub(p.clock.Now()).Round(time.Millisecond))
 		p.notify.PingFailed(r, res.err)
 	case res.reply == nil:
 		p.lose(r, "ping matched nothing: the run was taken over")
 	default:
+		if !res.early {
+			p.took(r, res.took)
+		}
 		if res.lease.After(r.Lease()) {
 			r.leaseUntil.Store(res.lease.UnixNano())
 		}
@@ -282,6 +392,60 @@ func (p *Pinger) apply(ctx context.Context, res pingResult) {
 		case !res.reply.allows(p.workerID, p.groups):
 			p.revoke(r)
 		}
+	}
+}
+
+// renewed takes in the leases a batch's update renewed, before its read
+// back: on a slow server the next ping of those runs need not wait for
+// it, so that a batch renews as often as a lone ping would.
+func (p *Pinger) renewed(results []pingResult) {
+	for _, res := range results {
+		r := res.run
+		if r.Lost.Load() {
+			continue
+		}
+		r.pinging = false
+		p.took(r, res.took)
+		if res.lease.After(r.Lease()) {
+			r.leaseUntil.Store(res.lease.UnixNano())
+		}
+	}
+}
+
+// latencyWeight is the weight of a ping's round trip in their average.
+const latencyWeight = 0.25
+
+// took takes in a successful ping's round trip.
+func (p *Pinger) took(r *Run, d time.Duration) {
+	r.failures = 0
+	if p.latency == 0 {
+		p.latency = d
+	} else {
+		p.latency += time.Duration(latencyWeight * float64(d-p.latency))
+	}
+	if p.budget != nil {
+		p.budget.Succeeded()
+	}
+	if p.observe != nil {
+		p.observe(d)
+	}
+}
+
+// pingRetryBase is the first pause before a failed ping is sent again.
+const pingRetryBase = 100 * time.Millisecond
+
+// retryLater schedules the ping of a run whose ping failed: after a
+// jittered backoff up to its interval, and when the retry budget allows
+// (pings that failed together on a struggling server are not all sent
+// again at once).
+func (p *Pinger) retryLater(r *Run) {
+	r.failures++
+	r.nextPing = p.clock.Now().Add(retry.Backoff(pingRetryBase, r.PingInterval, r.failures))
+	if p.budget == nil {
+		return
+	}
+	if ok, wait := p.budget.Take(); !ok {
+		r.nextPing = r.nextPing.Add(wait)
 	}
 }
 
@@ -444,7 +608,11 @@ func (p *Pinger) lose(r *Run, why string) {
 	}
 	p.Remove(r)
 	p.log.Warn("lease lost; handler cancelled", "key", r.Key, "run_id", r.RunID, "reason", why)
-	r.Cancel(fmt.Errorf("%w: %s", p.causes.LeaseLost, why))
+	err := fmt.Errorf("%w: %s", p.causes.LeaseLost, why)
+	r.Cancel(err)
+	if r.dropHeld != nil {
+		r.dropHeld(err)
+	}
 }
 
 // Notify hears of what the pinger does, for the consumer's events.

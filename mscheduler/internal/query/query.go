@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/google/uuid"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -106,6 +107,26 @@ func (c *Caps) FindOneAndUpdate(ctx context.Context, coll *mongo.Collection, fil
 		return coll.FindOneAndUpdate(ctx, filter, update, opts.SetProjection(nil))
 	}
 	return res
+}
+
+// Probe learns whether the server takes a projection on findAndModify,
+// with a command that matches no document (a replacement of a random
+// _id no document has: it writes nothing, spells no update, and names
+// its _id as every single-document write does), so that the first ping
+// of a run does not pay a refused command on its lease.
+func (c *Caps) Probe(ctx context.Context, coll *mongo.Collection) error {
+	nothing := bson.D{{Key: "_id", Value: "mscheduler-probe-" + uuid.NewString()}}
+	opts := options.FindOneAndReplace().SetProjection(bson.D{{Key: "_id", Value: 1}})
+	err := coll.FindOneAndReplace(ctx, nothing, bson.D{}, opts).Err()
+	var se mongo.ServerError
+	switch {
+	case errors.As(err, &se) && se.HasErrorCode(CodeNotImplemented):
+		c.noModifyProjection.Store(true)
+		return nil
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return nil
+	}
+	return err
 }
 
 // DeleteBatch bounds the documents one delete command removes.

@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/retry"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
@@ -42,12 +43,11 @@ type request struct {
 }
 
 type Batcher struct {
-	coll         *mongo.Collection
-	workerID     string
-	max          int
-	window       time.Duration
-	writeTimeout time.Duration
-	going        func() int // the runs this consumer holds, read by the loop
+	coll     *mongo.Collection
+	workerID string
+	max      int
+	window   time.Duration
+	going    func() int // the runs this consumer holds, read by the loop
 
 	queue chan *request // unbuffered: a request sent is a request taken
 	done  chan struct{} // closed when the loop has returned
@@ -105,10 +105,11 @@ func (b *Batcher) takeCarriedUpTo(n int) []mongo.WriteModel {
 
 // NewBatcher makes the batcher of a worker's run ends: at most maxBatch a
 // command; while going (the runs the worker holds) says more may end, a
-// batch waits up to window for them; each command is bounded by
-// writeTimeout. Its Loop must run for Write to be answered.
-func NewBatcher(coll *mongo.Collection, workerID string, maxBatch int, window, writeTimeout time.Duration, going func() int) *Batcher {
-	return &Batcher{coll: coll, workerID: workerID, max: maxBatch, window: window, writeTimeout: writeTimeout, going: going,
+// batch waits up to window for them. A batch's commands are waited for
+// while any of its runs holds its lease (see End.Held), however slow the
+// server. Its Loop must run for Write to be answered.
+func NewBatcher(coll *mongo.Collection, workerID string, maxBatch int, window time.Duration, going func() int) *Batcher {
+	return &Batcher{coll: coll, workerID: workerID, max: maxBatch, window: window, going: going,
 		queue: make(chan *request), done: make(chan struct{})}
 }
 
@@ -119,7 +120,7 @@ func (b *Batcher) Write(e *End) error {
 	req := &request{end: e, reply: make(chan error, 1)}
 	select {
 	case b.queue <- req:
-		return <-req.reply // the loop bounds its command by writeTimeout
+		return <-req.reply // the loop waits no longer than the runs' leases
 	case <-b.done:
 		return ErrWriteAlone
 	}
@@ -223,7 +224,7 @@ func (b *Batcher) flush(ctx context.Context, batch []*request) {
 	// then the read sorts the run ends out as after any miss. They fill
 	// the batch up to its bound, no further: see query.MaxStatements.
 	models = append(models, b.TakeRiders(len(models))...)
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.writeTimeout)
+	wctx, cancel := retry.UntilAllDone(ctx, heldOf(batch, index), errLeasesGone)
 	defer cancel()
 	res, err := b.coll.BulkWrite(wctx, models, options.BulkWrite().SetOrdered(false))
 	var bwe mongo.BulkWriteException
@@ -247,6 +248,22 @@ func (b *Batcher) flush(ctx context.Context, batch []*request) {
 		return
 	}
 	b.sortOut(wctx, batch, index, answer)
+}
+
+var errLeasesGone = errors.New("mscheduler: every run of the batch lost its lease")
+
+// heldOf is the held contexts of the batch's statements; a run end with
+// none holds the batch for as long as it takes.
+func heldOf(batch []*request, index []int) []context.Context {
+	out := make([]context.Context, 0, len(index))
+	for _, i := range index {
+		if h := batch[i].end.Held; h != nil {
+			out = append(out, h)
+		} else {
+			out = append(out, context.Background())
+		}
+	}
+	return out
 }
 
 // sortOut reads the tasks of a batch that did not all match and answers

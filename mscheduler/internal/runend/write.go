@@ -20,6 +20,9 @@ import (
 type End struct {
 	taskstate.End
 	Key string // the task key, for messages
+	// Held is done once the run's lease is gone: a batch holding the end
+	// waits for its write while any of its runs' is not. Nil: never done.
+	Held context.Context
 }
 
 // tryLikely writes the likely case alone and reports whether it matched.

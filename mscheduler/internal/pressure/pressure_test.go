@@ -1,0 +1,91 @@
+package pressure
+
+import (
+	"testing"
+	"time"
+)
+
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time      { return c.t }
+func (c *fakeClock) add(d time.Duration) { c.t = c.t.Add(d) }
+func observeFor(l *Limiter, c *fakeClock, d, every, span time.Duration) {
+	for end := c.t.Add(span); c.t.Before(end); c.add(every) {
+		l.Observe(d)
+	}
+}
+
+// TestHalvesWhenSlowAndRecoversByOne: latency at ten times its baseline
+// halves the limit step by step down to 1; back at the baseline, it grows
+// by one a step up to the capacity.
+func TestHalvesWhenSlowAndRecoversByOne(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	var changes []Change
+	l := New(16, c.now, func(ch Change) { changes = append(changes, ch) })
+	observeFor(l, c, 50*time.Millisecond, 10*time.Millisecond, 2*time.Second)
+	if l.Limit() != 16 || len(changes) != 0 {
+		t.Fatalf("at the baseline: limit %d, %d changes", l.Limit(), len(changes))
+	}
+	observeFor(l, c, 500*time.Millisecond, 10*time.Millisecond, 5*time.Second)
+	if l.Limit() != 1 {
+		t.Fatalf("slow for 5 s: limit %d, want 1 (changes %+v)", l.Limit(), changes)
+	}
+	for i := 1; i < len(changes); i++ {
+		if changes[i].Limit != changes[i-1].Limit/2 {
+			t.Fatalf("the limit went %d -> %d, want halving", changes[i-1].Limit, changes[i].Limit)
+		}
+	}
+	changes = nil
+	observeFor(l, c, 50*time.Millisecond, 10*time.Millisecond, 10*time.Second)
+	if l.Limit() != 16 {
+		t.Fatalf("recovered for 10 s: limit %d, want 16", l.Limit())
+	}
+	for i, ch := range changes {
+		if ch.Limit != i+2 {
+			t.Fatalf("change %d to %d, want one step up each (%+v)", i, ch.Limit, changes)
+		}
+	}
+}
+
+// TestFastServersAreNeverSlow: round trips below Floor never throttle,
+// however they vary.
+func TestFastServersAreNeverSlow(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	l := New(8, c.now, nil)
+	observeFor(l, c, time.Millisecond, 10*time.Millisecond, time.Second)
+	observeFor(l, c, 80*time.Millisecond, 10*time.Millisecond, 5*time.Second)
+	if l.Limit() != 8 {
+		t.Fatalf("limit %d, want 8", l.Limit())
+	}
+}
+
+// TestUnkeepableLeaseTakesNothing: when a claim and its first ping would
+// not fit in the shortest lease, nothing new is taken until they would.
+func TestUnkeepableLeaseTakesNothing(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	var changes []Change
+	l := New(8, c.now, func(ch Change) { changes = append(changes, ch) })
+	l.KeepWithin(5 * time.Second)
+	observeFor(l, c, 3*time.Second, 100*time.Millisecond, 5*time.Second)
+	if l.Limit() != 0 || len(changes) == 0 || !changes[0].Unkeepable {
+		t.Fatalf("3 s round trips, 5 s leases: limit %d, changes %+v; want 0, said", l.Limit(), changes)
+	}
+	observeFor(l, c, 20*time.Millisecond, 100*time.Millisecond, 30*time.Second)
+	if l.Limit() == 0 {
+		t.Fatal("still taking nothing after the latency fell")
+	}
+}
+
+// TestBaselineForgetsOldSamples: a low round trip seen long ago no longer
+// counts as the baseline once BaselineWindow has passed, so that a server
+// that is slow for good (a farther region) is not throttled for ever.
+func TestBaselineForgetsOldSamples(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	l := New(8, c.now, nil)
+	observeFor(l, c, 10*time.Millisecond, 10*time.Millisecond, time.Second)
+	observeFor(l, c, 400*time.Millisecond, 50*time.Millisecond, BaselineWindow+10*time.Second)
+	observeFor(l, c, 400*time.Millisecond, 50*time.Millisecond, 30*time.Second)
+	if l.Limit() != 8 {
+		t.Fatalf("limit %d after a steady 400 ms for a minute, want 8", l.Limit())
+	}
+}

@@ -1,0 +1,100 @@
+package mscheduler
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/pressure"
+)
+
+// A worker measures how long the server takes to answer its own commands
+// (claims, pings, run ends, sweeps) and holds fewer runs when that grows:
+// see internal/pressure for the rule (additive increase, multiplicative
+// decrease against the lowest round trip of the last 30 s, and nothing new
+// taken while a claim and its first ping would not fit in a lease).
+
+// errWriteTimeout is the cause of a write given up after WriteTimeout.
+var errWriteTimeout = errors.New("mscheduler: write timed out (WriteTimeout)")
+
+// Pressure is what a consumer knows of the server's load, from its own
+// commands.
+type Pressure struct {
+	// Limit is how many runs the consumer may hold now: Capacity when the
+	// server answers as fast as it did, less when it slowed down, 0 while
+	// a claim and its first ping would not fit in the shortest lease.
+	Limit int
+	// Latency is the recent average round trip of the consumer's
+	// commands; Baseline the lowest of the last 30 s.
+	Latency, Baseline time.Duration
+	// HeldBack counts free slots left unclaimed because of the limit.
+	HeldBack int64
+	// Retries counts commands sent again after a failure; RetriesWaited
+	// those of them that waited for the retry budget.
+	Retries, RetriesWaited int64
+}
+
+// Pressure reports what the consumer knows of the server's load.
+func (c *Consumer[P, R]) Pressure() Pressure {
+	granted, waited := c.retries.Counts()
+	return Pressure{Limit: c.limiter.Limit(), Latency: c.limiter.Latency(), Baseline: c.limiter.Baseline(),
+		HeldBack: c.limiter.HeldBack(), Retries: granted, RetriesWaited: waited}
+}
+
+// allowedMore is how many more runs the consumer may hold now. While the
+// server is slow, pings near their lease and run ends being written go
+// before new claims: none is sent until they are answered.
+func (c *Consumer[P, R]) allowedMore() int {
+	if c.limiter.Throttled() && (c.ending.Load() > 0 || c.pinger.Pressed()) {
+		return 0
+	}
+	return c.limiter.Limit() - int(c.held.Load())
+}
+
+// holdBack ends a claim pass that the limit stops: the free slots left
+// are counted, and the loop looks again when the limit may have moved. A
+// consumer taking nothing new and holding no run sends no other command
+// to measure the server by: it sends the cheapest one.
+func (c *Consumer[P, R]) holdBack(ctx context.Context, st *claimState) {
+	free := c.cfg.Capacity - int(c.held.Load())
+	c.limiter.HoldBack(free)
+	st.pollAt = minTime(st.pollAt, c.clock.Now().Add(max(c.limiter.Latency(), pressure.MinStep)))
+	if c.limiter.Limit() == 0 && c.held.Load() == 0 {
+		start := time.Now()
+		if err := c.coll.Database().RunCommand(ctx, bson.D{{Key: "ping", Value: 1}}).Err(); err == nil {
+			c.commandTook(time.Since(start))
+		}
+	}
+}
+
+// commandTook takes in the round trip of a command that succeeded.
+func (c *Consumer[P, R]) commandTook(d time.Duration) {
+	c.limiter.Observe(d)
+	c.retries.Succeeded()
+}
+
+// pressureChanged says when the consumer takes less, or more again.
+func (c *Consumer[P, R]) pressureChanged(ch pressure.Change) {
+	args := []any{"limit", ch.Limit, "capacity", ch.Max, "latency", ch.Latency.Round(time.Millisecond), "baseline", ch.Baseline.Round(time.Millisecond)}
+	switch {
+	case ch.Unkeepable:
+		c.log.Warn("server too slow to keep a new run's lease: claiming nothing until it answers faster", args...)
+	case ch.Limit < ch.Was:
+		c.log.Warn("server slow: holding fewer runs", args...)
+	case ch.Limit == ch.Max:
+		c.log.Info("server answers as before: holding runs up to capacity", args...)
+	default:
+		c.log.Debug("server answers faster: holding more runs", args...)
+	}
+}
+
+// monotonicNow is the consumer's monotonic clock as a time.
+func monotonicNow(mono func() time.Duration) func() time.Time {
+	if mono == nil {
+		return time.Now
+	}
+	base := time.Unix(0, 0)
+	return func() time.Time { return base.Add(mono()) }
+}

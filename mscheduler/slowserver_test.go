@@ -1,0 +1,296 @@
+package mscheduler_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
+)
+
+// slowClient is a client whose every command is held by delay on its way
+// to the test server.
+func slowClient(t *testing.T, delay mschedulertest.Delay) *mongo.Client {
+	t.Helper()
+	hosts := options.Client().ApplyURI(mschedulertest.URI()).Hosts
+	if len(hosts) != 1 {
+		t.Skipf("the server URI names %d hosts; the proxy stands in front of a single-host server", len(hosts))
+	}
+	p, err := mschedulertest.StartDelayProxy(hosts[0], delay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return mschedulertest.NewClient(t, options.Client().ApplyURI(p.URI()))
+}
+
+// warnLog keeps the messages of a consumer's WARN records.
+type warnLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *warnLog) Enabled(_ context.Context, level slog.Level) bool { return level >= slog.LevelWarn }
+func (l *warnLog) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, r.Message)
+	return nil
+}
+func (l *warnLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *warnLog) WithGroup(string) slog.Handler      { return l }
+
+func (l *warnLog) count(prefix string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, m := range l.msgs {
+		if strings.HasPrefix(m, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// publishLeased publishes n tasks s-00... that only worker may run (any,
+// if ""), with leases of timeout pinged every interval, failed for good
+// after maxFailed runs that failed or lapsed.
+func publishLeased(t *testing.T, coll *mongo.Collection, n int, worker string, interval, timeout time.Duration, maxFailed int) []string {
+	t.Helper()
+	p := newProducer[int](t, coll, nil)
+	tasks := make([]mscheduler.Task[int], n)
+	keys := make([]string, n)
+	for i := range tasks {
+		keys[i] = fmt.Sprintf("s-%02d", i)
+		tasks[i] = mscheduler.Task[int]{Key: keys[i], PingInterval: interval, WorkerTimeout: timeout, MaxFailedRuns: maxFailed}
+		if worker != "" {
+			tasks[i].WorkerIDs = []string{worker}
+		}
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// TestTwoSecondServerKeepsEveryLease: every command of the worker takes
+// 2 s, its tasks' leases are 5 s and its handlers run 6 s, so that each
+// run lives on pings alone. No lease is lost, no handler runs twice, and
+// every task succeeds at its first run; a second worker beside it, on a
+// fast path, sweeps every 100 ms and would expire any lease that lapsed.
+func TestTwoSecondServerKeepsEveryLease(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	keys := publishLeased(t, coll, 4, "slow", 2*time.Second, 5*time.Second, 1)
+	counter := newRunCounter()
+	handler := func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+		defer counter.begin(task.Key)()
+		select {
+		case <-time.After(6 * time.Second):
+			return 1, nil
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		}
+	}
+	ev := mschedulertest.NewEvents()
+	slow := fastConfig("slow", ev)
+	slow.Capacity = 4
+	startConsumer(t, dbCollection(slowClient(t, mschedulertest.FixedDelay(2*time.Second)), coll), handler, slow)
+	watch := fastConfig("watching", ev)
+	watch.SweepInterval = 100 * time.Millisecond
+	startConsumer(t, coll, handler, watch)
+
+	ev.WaitCountWithin(t, 2*time.Minute, mscheduler.EventSucceeded, len(keys))
+	for _, key := range keys {
+		st := readTask(t, coll, key)
+		if calls, _ := counter.counts(key); calls != 1 || st.Status != "succeeded" || len(st.Runs) != 1 {
+			t.Errorf("%s: handler ran %d times; task %+v: want one run, succeeded", key, calls, st)
+		}
+	}
+	if n := ev.Count(mscheduler.EventExpired) + ev.Count(mscheduler.EventLeaseLost); n != 0 {
+		t.Errorf("%d leases expired or lost on a server answering in 2 s", n)
+	}
+}
+
+// adjustableDelay is a delay a test sets as it goes.
+type adjustableDelay struct{ d atomic.Int64 }
+
+func (a *adjustableDelay) set(d time.Duration) { a.d.Store(int64(d)) }
+func (a *adjustableDelay) delay(string, time.Duration) time.Duration {
+	return time.Duration(a.d.Load())
+}
+
+// TestGrowingDelayThrottlesThenRecovers: the server answers one worker
+// slower and slower, past its tasks' 5 s lease. The worker takes less,
+// then nothing, and says so; runs whose leases lapse are recovered by a
+// second worker; every task is done. When the delay goes away, the first
+// worker is back to its full capacity within 20 s.
+func TestGrowingDelayThrottlesThenRecovers(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	keys := publishLeased(t, coll, 200, "", time.Second, 5*time.Second, 10)
+	var delay adjustableDelay
+	warns := &warnLog{}
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("slowing", ev)
+	cfg.Capacity, cfg.Logger = 8, slog.New(warns)
+	handler := func(ctx context.Context, _ *mscheduler.Task[int]) (int, error) {
+		select {
+		case <-time.After(300 * time.Millisecond):
+			return 1, nil
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		}
+	}
+	slowing := startConsumer(t, dbCollection(slowClient(t, delay.delay), coll), handler, cfg)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 8)
+
+	// The delay grows by 250 ms every 250 ms, up to 4 s: a claim and its
+	// first ping no longer fit in a 5 s lease.
+	for d := 250 * time.Millisecond; d <= 4*time.Second; d += 250 * time.Millisecond {
+		delay.set(d)
+		<-time.After(250 * time.Millisecond)
+	}
+	waitUntil(t, time.Minute, "the slowed worker to take nothing new", func() bool { return slowing.Pressure().Limit == 0 })
+	if warns.count("server slow") == 0 || warns.count("server too slow to keep") == 0 {
+		t.Errorf("no WARN when throttling: %q", warns.msgs)
+	}
+	if p := slowing.Pressure(); p.HeldBack == 0 {
+		t.Errorf("pressure %+v: no claim held back", p)
+	}
+
+	rescue := fastConfig("rescuing", ev)
+	rescue.Capacity, rescue.SweepInterval = 16, 200*time.Millisecond
+	startConsumer(t, coll, handler, rescue)
+	<-time.After(3 * time.Second) // the slowed worker's runs lapse meanwhile
+	delay.set(0)
+	waitUntil(t, 20*time.Second, "the worker back at full capacity", func() bool { return slowing.Pressure().Limit == cfg.Capacity })
+
+	waitUntil(t, 2*time.Minute, "every task done", func() bool {
+		n, err := coll.CountDocuments(ctxT(t), bson.D{{Key: "status", Value: "succeeded"}})
+		return err == nil && n == int64(len(keys))
+	})
+}
+
+// runEndFailer refuses the run end commands of a worker through a proxy
+// while failing is set, and notes when each came.
+type runEndFailer struct {
+	failing atomic.Bool
+	mu      sync.Mutex
+	tries   []time.Time
+}
+
+func failRunEnds(proxy *cmdProxy, worker string) *runEndFailer {
+	f := &runEndFailer{}
+	proxy.failIf = func(name string, body bson.Raw) bool {
+		if !f.failing.Load() || !isRunEnd(name, body, worker) {
+			return false
+		}
+		f.mu.Lock()
+		f.tries = append(f.tries, time.Now())
+		f.mu.Unlock()
+		return true
+	}
+	return f
+}
+
+func (f *runEndFailer) times() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.tries)
+}
+
+// TestRunEndRetriesBackOffWithinBudget: the ends of 20 runs fail (the
+// connection closes before the server sees them) for 4 s. Each run end is
+// tried again after growing pauses, and all of them together stay within
+// the retry budget: a burst of 10, 2 a second, and a tenth of a retry for
+// each command that succeeded meanwhile. Once the server is reachable
+// again, every run is recorded succeeded, once.
+func TestRunEndRetriesBackOffWithinBudget(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	keys := publishLeased(t, coll, 20, "", time.Second, 30*time.Second, 1)
+	var succeeded atomic.Int64
+	proxy, client := newCmdProxy(t, func(string, bson.Raw) bool {
+		succeeded.Add(1) // forwarded: the server answers it
+		return false
+	})
+	f := failRunEnds(proxy, "w")
+	release := make(chan struct{})
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Capacity = 20
+	c := startConsumer(t, dbCollection(client, coll), holdUntil(release), cfg)
+	ev.WaitCount(t, mscheduler.EventClaimed, len(keys))
+	f.failing.Store(true)
+	start := time.Now()
+	close(release)
+	// The first tries go at once (one batch, or a few); after a second only
+	// retries are left.
+	<-time.After(time.Second)
+	from, before := time.Now(), succeeded.Load()
+	<-time.After(3 * time.Second)
+	to, earned := time.Now(), succeeded.Load()-before
+	f.failing.Store(false)
+
+	tries := f.times()
+	retries := 0
+	for _, at := range tries {
+		if !at.Before(from) && at.Before(to) {
+			retries++
+		}
+	}
+	total := len(tries)
+	if budget := 10 + 2*to.Sub(from).Seconds() + 0.1*float64(earned) + 2; float64(retries) > budget {
+		t.Errorf("%d run end retries refused from 1 s to 4 s (%d commands answered meanwhile), want at most %.0f", retries, earned, budget)
+	}
+	if total < len(keys)/2 {
+		t.Errorf("%d run end commands in %v: the ends were not tried again", total, time.Since(start))
+	}
+	if p := c.Pressure(); p.Retries == 0 || p.RetriesWaited == 0 {
+		t.Errorf("pressure %+v: want retries counted, some of them waiting for the budget", p)
+	}
+	ev.WaitCountWithin(t, time.Minute, mscheduler.EventSucceeded, len(keys))
+	for _, key := range keys {
+		if st := readTask(t, coll, key); st.Status != "succeeded" || len(st.Runs) != 1 {
+			t.Errorf("%s: %+v, want one run, succeeded", key, st)
+		}
+	}
+}
+
+// TestOneRunEndBacksOff: a single run end that keeps failing is tried
+// again after pauses that grow, not at a fixed pace.
+func TestOneRunEndBacksOff(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	publishLeased(t, coll, 1, "", time.Second, 30*time.Second, 1)
+	proxy, client := newCmdProxy(t, nil)
+	f := failRunEnds(proxy, "w")
+	release := make(chan struct{})
+	ev := mschedulertest.NewEvents()
+	startConsumer(t, dbCollection(client, coll), holdUntil(release), fastConfig("w", ev))
+	ev.WaitCount(t, mscheduler.EventClaimed, 1)
+	f.failing.Store(true)
+	close(release)
+	<-time.After(4 * time.Second)
+	f.failing.Store(false)
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
+
+	tries := f.times()
+	if len(tries) < 4 || len(tries) > 8 {
+		t.Fatalf("%d tries in 4 s, want 4 to 8 (pauses of 100 ms doubling, jittered)", len(tries))
+	}
+	// Each pause is drawn from half to all of a pause that doubles (from
+	// 100 ms): the last is far longer than the first.
+	first, last := tries[1].Sub(tries[0]), tries[len(tries)-1].Sub(tries[len(tries)-2])
+	if last < 2*first {
+		t.Errorf("pauses %v then %v: want them growing", first, last)
+	}
+}
