@@ -213,6 +213,9 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 				started++
 			}
 		}
+		if started > 0 {
+			c.pinger.Kick()
+		}
 		c.releaseSlots(k - started)
 		wonAny = wonAny || len(won) > 0
 		switch {

@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
 	"github.com/mscheduler/mscheduler/worker/devserver"
 )
 
@@ -32,6 +34,10 @@ var (
 	// development server a sweep often takes longer than 300 ms (see the
 	// package documentation).
 	sweepFlag = flag.Duration("soak.sweep", time.Second, "SweepInterval of the workers")
+	// delayFlag puts a mschedulertest.DelayProxy between the workers and
+	// the server (the soak's own checks go direct), and skips the server
+	// restart: every lease lost by a live worker is then a failure.
+	delayFlag = flag.String("soak.server-delay", "", `hold every command of the workers this long: "1s", "300ms-800ms", "0s..2s/1m"`)
 )
 
 // TestMain makes the test binary a worker process when the soak starts it
@@ -368,6 +374,9 @@ func setUp(t *testing.T, m mix, prefix, sub, what string, env workerEnv) *soakEn
 		t.Fatal(err)
 	}
 	env.uri, env.db, env.coll, env.dir = e.uri, soakDatabase, e.coll.Name(), e.logDir
+	if *delayFlag != "" {
+		env.uri = slowURI(t, e.uri, *delayFlag)
+	}
 	skews := make([]time.Duration, workers)
 	skews[skewedSlot] = clockSkew
 	e.pool = newWorkerPool(t, env, skews)
@@ -444,6 +453,7 @@ func TestSoak(t *testing.T) {
 	}
 	e := setUp(t, m, "soak", "", fmt.Sprintf("soak: %s form, %d tasks", form, m.total()), workerEnv{sweep: *sweepFlag})
 	r := e.newRun(t, m)
+	r.noRestart = *delayFlag != ""
 	r.loop()
 	r.waitHistoryWritten(bson.D{})
 
@@ -460,6 +470,55 @@ func TestSoak(t *testing.T) {
 	v := &verifier{t: t, specs: e.specs, docs: docs, runs: runs, workers: incarnations, history: readHistory(t, e.coll)}
 	sum := v.verify()
 	sum.log(t, r.faults, time.Since(e.began), e.seed, len(e.pool.incarnations()), len(r.archived))
+	if *delayFlag != "" {
+		checkNoLeaseLost(t, e.pool)
+	}
+}
+
+// slowURI starts a DelayProxy in front of the server of uri and returns a
+// URI through it.
+func slowURI(t *testing.T, uri, delay string) string {
+	t.Helper()
+	d, err := mschedulertest.ParseDelay(delay)
+	if err != nil {
+		t.Fatalf("-soak.server-delay: %v", err)
+	}
+	hosts := options.Client().ApplyURI(uri).Hosts
+	if len(hosts) != 1 {
+		t.Fatalf("-soak.server-delay: the server URI names %d hosts; the proxy stands in front of one", len(hosts))
+	}
+	p, err := mschedulertest.StartDelayProxy(hosts[0], d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	t.Logf("every command of the workers held %s on its way to the server (a proxy at %s)", delay, p.Addr())
+	return p.URI()
+}
+
+// checkNoLeaseLost fails the test for each lease a worker lost while it
+// lived: with no server restart, only a killed worker's runs may lapse,
+// and a killed worker logs nothing more.
+func checkNoLeaseLost(t *testing.T, pool *workerPool) {
+	t.Helper()
+	lost := 0
+	for _, p := range pool.incarnations() {
+		f, err := os.Open(p.errPath)
+		if err != nil {
+			t.Errorf("worker log: %v", err)
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() {
+			if rec, ok := logLine(sc.Bytes()); ok && rec.Msg == "lease lost; handler cancelled" {
+				lost++
+				t.Errorf("worker %s lost a lease while it lived: %s", p.id, sc.Text())
+			}
+		}
+		f.Close()
+	}
+	t.Logf("leases lost by live workers through the slow server: %d", lost)
 }
 
 // run is the soak while it runs: waves of tasks, faults, archiving.

@@ -164,13 +164,21 @@ func (p *Pinger) Use(budget *retry.Budget, observe func(time.Duration)) {
 }
 
 // Add hands a claimed run to the pinger. The first ping comes at the
-// task's ping interval, and before the claim's own lease could lapse.
+// task's ping interval, and before the claim's own lease could lapse. The
+// pinger looks at the runs added when kicked (see Kick).
 func (p *Pinger) Add(r *Run) {
 	r.held, r.dropHeld = context.WithCancelCause(context.Background())
 	r.nextPing = r.Started.Add(min(r.PingInterval, taskstate.ClaimLease/2))
 	p.mu.Lock()
 	p.runs[r.RunID] = r
 	p.mu.Unlock()
+}
+
+// Kick has the pinger look at the runs added: the runs of one claim are
+// added, then kicked once, so that their first pings, often due at once on
+// a slow server, go in one batch rather than one command (and, on a busy
+// client, one new connection) each.
+func (p *Pinger) Kick() {
 	select {
 	case p.kick <- struct{}{}:
 	default:
