@@ -465,7 +465,12 @@ func isServerRefusal(err error) bool {
 func (c *Consumer[P, R]) refused(ctx context.Context, st *claimState, filter bson.D, cause error) {
 	st.spares.Drop() // they may hold the task, to be set invalid or skipped
 	raw, err := c.coll.FindOne(ctx, filter, options.FindOne().SetSort(claimSort)).Raw()
-	if err != nil {
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		// No longer claimable: the check (in the upkeep loop, beside this
+		// one) or another worker set it invalid meanwhile, or it changed.
+		return
+	case err != nil:
 		c.loopError(ctx, fmt.Errorf("mscheduler: claim refused (%v), and the task could not be identified: %w", cause, err))
 		return
 	}

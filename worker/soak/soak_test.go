@@ -1,7 +1,6 @@
 package soak
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -502,22 +501,12 @@ func slowURI(t *testing.T, uri, delay string) string {
 func checkNoLeaseLost(t *testing.T, pool *workerPool) {
 	t.Helper()
 	lost := 0
-	for _, p := range pool.incarnations() {
-		f, err := os.Open(p.errPath)
-		if err != nil {
-			t.Errorf("worker log: %v", err)
-			continue
+	eachLogLine(t, pool, func(p *workerProc, line []byte) {
+		if rec, ok := logLine(line); ok && rec.Msg == "lease lost; handler cancelled" {
+			lost++
+			t.Errorf("worker %s lost a lease while it lived: %s", p.id, line)
 		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 1<<20), 16<<20)
-		for sc.Scan() {
-			if rec, ok := logLine(sc.Bytes()); ok && rec.Msg == "lease lost; handler cancelled" {
-				lost++
-				t.Errorf("worker %s lost a lease while it lived: %s", p.id, sc.Text())
-			}
-		}
-		f.Close()
-	}
+	})
 	t.Logf("leases lost by live workers through the slow server: %d", lost)
 }
 

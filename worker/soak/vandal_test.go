@@ -1441,14 +1441,10 @@ func logLine(line []byte) (logRecord, bool) {
 	return rec, true
 }
 
-// checkErrorLines counts the WARN and ERROR lines of every worker's log
-// (its stderr, JSON lines) by minute from the first publish, and fails the
-// test when a minute holds more than errorLinesPerMinute, or a worker
-// reported a data race.
-func checkErrorLines(t *testing.T, pool *workerPool, from time.Time) []int {
+// eachLogLine calls fn with each line of every worker incarnation's log
+// (its stderr).
+func eachLogLine(t *testing.T, pool *workerPool, fn func(p *workerProc, line []byte)) {
 	t.Helper()
-	var perMinute []int
-	byMsg := statuses{}
 	for _, p := range pool.incarnations() {
 		f, err := os.Open(p.errPath)
 		if err != nil {
@@ -1458,26 +1454,38 @@ func checkErrorLines(t *testing.T, pool *workerPool, from time.Time) []int {
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 1<<20), 16<<20)
 		for sc.Scan() {
-			line := sc.Bytes()
-			if bytes.Contains(line, []byte("DATA RACE")) {
-				t.Errorf("worker %s reported a data race: see %s", p.id, p.errPath)
-			}
-			rec, ok := logLine(line)
-			if !ok || (rec.Level != "WARN" && rec.Level != "ERROR") {
-				continue
-			}
-			m := max(int(rec.Time.Sub(from)/time.Minute), 0)
-			for len(perMinute) <= m {
-				perMinute = append(perMinute, 0)
-			}
-			perMinute[m]++
-			byMsg[rec.Level+" "+rec.Msg]++
+			fn(p, sc.Bytes())
 		}
 		if err := sc.Err(); err != nil {
 			t.Errorf("worker log %s: %v", p.errPath, err)
 		}
 		_ = f.Close()
 	}
+}
+
+// checkErrorLines counts the WARN and ERROR lines of every worker's log
+// (its stderr, JSON lines) by minute from the first publish, and fails the
+// test when a minute holds more than errorLinesPerMinute, or a worker
+// reported a data race.
+func checkErrorLines(t *testing.T, pool *workerPool, from time.Time) []int {
+	t.Helper()
+	var perMinute []int
+	byMsg := statuses{}
+	eachLogLine(t, pool, func(p *workerProc, line []byte) {
+		if bytes.Contains(line, []byte("DATA RACE")) {
+			t.Errorf("worker %s reported a data race: see %s", p.id, p.errPath)
+		}
+		rec, ok := logLine(line)
+		if !ok || (rec.Level != "WARN" && rec.Level != "ERROR") {
+			return
+		}
+		m := max(int(rec.Time.Sub(from)/time.Minute), 0)
+		for len(perMinute) <= m {
+			perMinute = append(perMinute, 0)
+		}
+		perMinute[m]++
+		byMsg[rec.Level+" "+rec.Msg]++
+	})
 	for m, n := range perMinute {
 		if n > errorLinesPerMinute {
 			t.Errorf("the workers logged %d WARN/ERROR lines in minute %d of the run, more than %d: a loop? by message: %v", n, m+1, errorLinesPerMinute, byMsg)
