@@ -39,19 +39,28 @@ type cmdProxy struct {
 	conns []net.Conn
 }
 
-// newCmdProxy starts a proxy in front of the test server and returns a
-// client that talks through it, or skips the test for a multi-host server.
-func newCmdProxy(t *testing.T, hook func(name string, body bson.Raw) bool) (*cmdProxy, *mongo.Client) {
+// singleHost is the test server's host:port, or skips the test when the
+// server URI names several hosts (a replica set): a proxy stands in front
+// of one.
+func singleHost(t *testing.T) string {
 	t.Helper()
 	hosts := options.Client().ApplyURI(mschedulertest.URI()).Hosts
 	if len(hosts) != 1 {
 		t.Skipf("the server URI names %d hosts; the proxy stands in front of a single-host server", len(hosts))
 	}
+	return hosts[0]
+}
+
+// newCmdProxy starts a proxy in front of the test server and returns a
+// client that talks through it, or skips the test for a multi-host server.
+func newCmdProxy(t *testing.T, hook func(name string, body bson.Raw) bool) (*cmdProxy, *mongo.Client) {
+	t.Helper()
+	target := singleHost(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cmdProxy{ln: ln, target: hosts[0], hook: hook}
+	p := &cmdProxy{ln: ln, target: target, hook: hook}
 	go p.accept()
 	t.Cleanup(p.close)
 	client := mschedulertest.NewClient(t, options.Client().SetHosts([]string{ln.Addr().String()}).SetDirect(true))

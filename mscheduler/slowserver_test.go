@@ -23,11 +23,7 @@ import (
 // to the test server.
 func slowClient(t *testing.T, delay mschedulertest.Delay) *mongo.Client {
 	t.Helper()
-	hosts := options.Client().ApplyURI(mschedulertest.URI()).Hosts
-	if len(hosts) != 1 {
-		t.Skipf("the server URI names %d hosts; the proxy stands in front of a single-host server", len(hosts))
-	}
-	p, err := mschedulertest.StartDelayProxy(hosts[0], delay)
+	p, err := mschedulertest.StartDelayProxy(singleHost(t), delay)
 	if err != nil {
 		t.Fatal(err)
 	}
