@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -20,7 +22,9 @@ import (
 )
 
 // slowClient is a client whose every command is held by delay on its way
-// to the test server.
+// to the test server. The slowest round trips of its claims and pings are
+// logged when the test fails (or runs verbose): the delay is what the test sets, plus the
+// time the loaded test server takes.
 func slowClient(t *testing.T, delay mschedulertest.Delay) *mongo.Client {
 	t.Helper()
 	p, err := mschedulertest.StartDelayProxy(singleHost(t), delay)
@@ -28,7 +32,62 @@ func slowClient(t *testing.T, delay mschedulertest.Delay) *mongo.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	return mschedulertest.NewClient(t, options.Client().ApplyURI(p.URI()))
+	trips := &roundTrips{}
+	t.Cleanup(func() {
+		if t.Failed() || testing.Verbose() {
+			t.Logf("slowest round trips through the proxy: %s", trips)
+		}
+		if t.Failed() {
+			t.Logf("commands through the proxy:\n%s", strings.Join(trips.trace, "\n"))
+		}
+	})
+	return mschedulertest.NewClient(t, options.Client().ApplyURI(p.URI()).SetMonitor(trips.monitor()))
+}
+
+// roundTrips keeps the slowest round trip of each command name, and
+// when each command was sent (after its connection was checked out) and
+// answered.
+type roundTrips struct {
+	mu      sync.Mutex
+	slowest map[string]time.Duration
+	trace   []string
+}
+
+func (r *roundTrips) monitor() *event.CommandMonitor {
+	note := func(line string) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.trace = append(r.trace, time.Now().Format("15:04:05.000 ")+line)
+	}
+	took := func(name string, id int64, d time.Duration) {
+		note(fmt.Sprintf("#%d %s answered after %s", id, name, d.Round(time.Millisecond)))
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.slowest == nil {
+			r.slowest = map[string]time.Duration{}
+		}
+		r.slowest[name] = max(r.slowest[name], d)
+	}
+	return &event.CommandMonitor{
+		Started: func(_ context.Context, e *event.CommandStartedEvent) {
+			note(fmt.Sprintf("#%d %s sent on %s", e.RequestID, e.CommandName, e.ConnectionID))
+		},
+		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) { took(e.CommandName, e.RequestID, e.Duration) },
+		Failed: func(_ context.Context, e *event.CommandFailedEvent) {
+			took(e.CommandName+"(failed: "+e.Failure.Error()+")", e.RequestID, e.Duration)
+		},
+	}
+}
+
+func (r *roundTrips) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	names := slices.Sorted(maps.Keys(r.slowest))
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %s", n, r.slowest[n].Round(time.Millisecond))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // warnLog keeps the messages of a consumer's WARN records.
@@ -101,6 +160,7 @@ func TestTwoSecondServerKeepsEveryLease(t *testing.T) {
 	ev := mschedulertest.NewEvents()
 	slow := fastConfig("slow", ev)
 	slow.Capacity = 4
+	slow.Logger = logOnFailure(t)
 	startConsumer(t, dbCollection(slowClient(t, mschedulertest.FixedDelay(2*time.Second)), coll), handler, slow)
 	watch := fastConfig("watching", ev)
 	watch.SweepInterval = 100 * time.Millisecond
@@ -116,6 +176,32 @@ func TestTwoSecondServerKeepsEveryLease(t *testing.T) {
 	if n := ev.Count(mscheduler.EventExpired) + ev.Count(mscheduler.EventLeaseLost); n != 0 {
 		t.Errorf("%d leases expired or lost on a server answering in 2 s", n)
 	}
+}
+
+// logOnFailure is a logger whose records (INFO and above) are written to
+// the test's log if it fails.
+func logOnFailure(t *testing.T) *slog.Logger {
+	var mu sync.Mutex
+	var out strings.Builder
+	t.Cleanup(func() {
+		if t.Failed() {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Logf("the worker's log:\n%s", out.String())
+		}
+	})
+	return slog.New(slog.NewTextHandler(lockedWriter{&mu, &out}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // adjustableDelay is a delay a test sets as it goes.

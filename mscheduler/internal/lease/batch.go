@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/retry"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
@@ -46,8 +47,12 @@ func (p *Pinger) pingProjection() bson.D {
 
 // renewBatch renews the runs of items together; it returns one result per
 // item, in order. When the update matched every run, renewed hears of the
-// renewals at once, before the read.
-func (p *Pinger) renewBatch(ctx context.Context, items []pingItem, sent time.Time, renewed func([]pingResult)) []pingResult {
+// renewals at once, before the read, and the read is bounded by the
+// leases the update gave, not by those it renewed: on a slow server the
+// update takes most of what was left of them, and a read cancelled then
+// would close its connection, which the next ping would wait a new
+// handshake for. ctx bounds the update; the read is bounded within loop.
+func (p *Pinger) renewBatch(ctx, loop context.Context, items []pingItem, sent time.Time, renewed func([]pingResult)) []pingResult {
 	start := time.Now()
 	out := make([]pingResult, len(items))
 	for i, it := range items {
@@ -77,6 +82,9 @@ func (p *Pinger) renewBatch(ctx context.Context, items []pingItem, sent time.Tim
 		for i := range out {
 			out[i].early = true
 		}
+		var cancel context.CancelFunc
+		ctx, cancel = retry.Bounded(loop, earliestLease(items).Sub(p.clock.Now()), errLapsed)
+		defer cancel()
 	}
 	tasks, err := p.readBack(ctx, keys)
 	if err != nil {
@@ -104,6 +112,15 @@ func (p *Pinger) readBack(ctx context.Context, keys bson.A) (map[string]bson.Raw
 		return nil, fmt.Errorf("mscheduler: ping: %w", err)
 	}
 	return tasks, nil
+}
+
+// earliestLease is the earliest of the leases items ask for.
+func earliestLease(items []pingItem) time.Time {
+	out := items[0].lease
+	for _, it := range items[1:] {
+		out = minTime(out, it.lease)
+	}
+	return out
 }
 
 func failAll(out []pingResult, err error) []pingResult {

@@ -344,6 +344,7 @@ func (p *Pinger) send(ctx context.Context, runs []*Run, now time.Time) {
 		items[i] = pingItem{run: r, lease: now.Add(r.WorkerTimeout), attempt: int(r.Attempt.Load()), sole: r.SoleHolder}
 		timeout = min(timeout, max(r.Lease().Sub(now), time.Millisecond))
 	}
+	p.log.Debug("ping", "runs", len(runs), "key", runs[0].Key, "lease_left", timeout.Round(time.Millisecond), "round_trip", p.latency.Round(time.Millisecond))
 	p.sending.Go(func() {
 		pctx, cancel := retry.Bounded(ctx, timeout, errLapsed)
 		defer cancel()
@@ -354,7 +355,7 @@ func (p *Pinger) send(ctx context.Context, runs []*Run, now time.Time) {
 			reply, err := p.Renew(pctx, it.run, it.lease, it.attempt, it.sole)
 			results = []pingResult{{run: it.run, sent: now, lease: it.lease, reply: reply, err: err, took: time.Since(start)}}
 		} else {
-			results = p.renewBatch(pctx, items, now, func(renewed []pingResult) {
+			results = p.renewBatch(pctx, ctx, items, now, func(renewed []pingResult) {
 				select {
 				case p.results <- pingReport{results: renewed, renewed: true}:
 				case <-ctx.Done():
