@@ -555,3 +555,55 @@ func TestListPagesOverClonesOnce(t *testing.T) {
 		t.Errorf("the copy under _id b-copy is not listed under its own _id: %v", seen)
 	}
 }
+
+// TestARunEndThatMatchesNothingSetsTheTaskInvalid: a field a run's end is
+// filtered on, removed by hand while the run goes on, makes every form of
+// the end miss while its fence still holds. The end is not tried for
+// ever (it held the run's lease, and the worker's slot, with it): the task
+// is set invalid naming the field, and the worker goes on serving others.
+func TestARunEndThatMatchesNothingSetsTheTaskInvalid(t *testing.T) {
+	for _, c := range []struct {
+		removed string
+		fail    bool
+	}{
+		{"max_failed_runs", true}, // a failed run's end reads it
+		{"free", false},           // a successful run's end reads it
+	} {
+		t.Run(c.removed, func(t *testing.T) {
+			coll := mschedulertest.Collection(t)
+			p := newProducer[int](t, coll, nil)
+			if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "edited", MaxFailedRuns: 3}, nil); err != nil {
+				t.Fatal(err)
+			}
+			release := make(chan struct{})
+			handler := func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+				if task.Key != "edited" {
+					return 1, nil
+				}
+				<-release
+				if c.fail {
+					return 0, errors.New("failed as the test wants")
+				}
+				return 1, nil
+			}
+			ev := mschedulertest.NewEvents()
+			startConsumer(t, coll, handler, fastConfig("w1", ev))
+			ev.WaitCount(t, mscheduler.EventClaimed, 1)
+			if _, err := coll.UpdateByID(ctxT(t), "edited", bson.D{{Key: "$unset", Value: bson.D{{Key: c.removed, Value: ""}}}}); err != nil {
+				t.Fatal(err)
+			}
+			close(release)
+			stWait(t, stBound, "the task set invalid on "+c.removed, func() (bool, string) {
+				st, state, _ := stRead(t, coll, "edited")
+				return st.invalidOn(c.removed), state
+			})
+			if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "after"}, nil); err != nil {
+				t.Fatal(err)
+			}
+			stWait(t, stBound, "the next task to succeed", func() (bool, string) {
+				st, state, _ := stRead(t, coll, "after")
+				return st.Status == "succeeded", state
+			})
+		})
+	}
+}

@@ -47,8 +47,8 @@ func (p *Pinger) pingProjection() bson.D {
 
 // renewBatch renews the runs of items together; it returns one result per
 // item, in order. When the update matched every run, renewed hears of the
-// renewals at once, before the read, and the read is bounded by the
-// leases the update gave, not by those it renewed: on a slow server the
+// renewals at once, before the read. Once it matched any, the read is
+// bounded by the leases the update gave, not by those it renewed: on a slow server the
 // update takes most of what was left of them, and a read cancelled then
 // would close its connection, which the next ping would wait a new
 // handshake for. ctx bounds the update; the read is bounded within loop.
@@ -82,6 +82,9 @@ func (p *Pinger) renewBatch(ctx, loop context.Context, items []pingItem, sent ti
 		for i := range out {
 			out[i].early = true
 		}
+	}
+	if err == nil && res.MatchedCount > 0 {
+		// Some leases were renewed; the read tells which.
 		var cancel context.CancelFunc
 		ctx, cancel = retry.Bounded(loop, earliestLease(items).Sub(p.clock.Now()), errLapsed)
 		defer cancel()

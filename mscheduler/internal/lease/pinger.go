@@ -304,12 +304,35 @@ func (p *Pinger) tick(ctx context.Context) time.Time {
 		}
 		batch = append(batch, r)
 	}
-	for len(batch) > 0 && p.inflight < pingParallelism { // otherwise a result wakes the loop
-		n := min(len(batch), p.batchMax)
-		p.send(ctx, batch[:n], now)
-		batch = batch[n:]
-	}
+	running, ending := splitEnding(batch)
+	p.sendBatches(ctx, running, now)
+	p.sendBatches(ctx, ending, now)
 	return next
+}
+
+// splitEnding parts the runs whose end is being written from the others:
+// they are pinged apart, for their statements may miss as their ends
+// land, and a batch renews its runs at once (before its read) only when
+// every statement matched.
+func splitEnding(runs []*Run) (running, ending []*Run) {
+	for _, r := range runs {
+		if r.Finished.Load() {
+			ending = append(ending, r)
+		} else {
+			running = append(running, r)
+		}
+	}
+	return running, ending
+}
+
+// sendBatches pings runs in batches of at most batchMax, while pings in
+// flight leave room (otherwise a result wakes the loop).
+func (p *Pinger) sendBatches(ctx context.Context, runs []*Run, now time.Time) {
+	for len(runs) > 0 && p.inflight < pingParallelism {
+		n := min(len(runs), p.batchMax)
+		p.send(ctx, runs[:n], now)
+		runs = runs[n:]
+	}
 }
 
 // pingAt is when a run's next ping is due: at its interval, or earlier

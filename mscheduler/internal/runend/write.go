@@ -1,10 +1,13 @@
 package runend
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -25,17 +28,19 @@ type End struct {
 	Held context.Context
 }
 
-// tryLikely writes the likely case alone and reports whether it matched.
-func (e *End) tryLikely(ctx context.Context, coll *mongo.Collection) (bool, error) {
+// tryLikely writes the likely case alone and reports whether it matched,
+// and the filter it tried (nil when no case was likely).
+func (e *End) tryLikely(ctx context.Context, coll *mongo.Collection) (bool, bson.D, error) {
 	c, ok := e.Likely()
 	if !ok {
-		return false, nil
+		return false, nil, nil
 	}
-	res, err := coll.UpdateOne(ctx, e.Filter(c), e.Update(c))
+	filter := e.Filter(c)
+	res, err := coll.UpdateOne(ctx, filter, e.Update(c))
 	if err != nil {
-		return false, err
+		return false, filter, err
 	}
-	return res.MatchedCount > 0, nil
+	return res.MatchedCount > 0, filter, nil
 }
 
 // ErrGone says the run no longer holds its slot: its lease was lost.
@@ -50,8 +55,9 @@ const maxEndTries = 5
 // nothing: another worker took the slot, and nothing was written. It tries
 // until it succeeds or ctx ends.
 func (e *End) Write(ctx context.Context, coll *mongo.Collection) error {
+	same := 0 // how often in a row the write missed, the task as read unchanged
 	for try := 0; ; try++ {
-		done, err := e.tryLikely(ctx, coll)
+		done, filter, err := e.tryLikely(ctx, coll)
 		if err != nil {
 			return fmt.Errorf("mscheduler: end run %s of %q: %w", e.Record.RunID, e.Key, err)
 		}
@@ -65,6 +71,17 @@ func (e *End) Write(ctx context.Context, coll *mongo.Collection) error {
 		if !held {
 			return e.GoneOrApplied(ctx, coll)
 		}
+		if next, ok := e.Likely(); !ok || sameFilter(e.Filter(next), filter) {
+			same++ // the task as read again calls for the very write that missed
+		} else {
+			same = 0
+		}
+		if same >= maxSameMisses {
+			if err := e.unmatchable(ctx, coll, filter); err != nil {
+				return err
+			}
+			same = 0 // every field is there: writers racing, which fall out of step
+		}
 		if try >= maxEndTries {
 			select {
 			case <-ctx.Done():
@@ -73,6 +90,73 @@ func (e *End) Write(ctx context.Context, coll *mongo.Collection) error {
 			}
 		}
 	}
+}
+
+// maxSameMisses is how often the same write may miss a task whose fence
+// still holds before the task is looked at for a field the write's filter
+// needs and the task lacks: a counter removed by hand (Refresh reads it as
+// 0) misses every filter built from it, and would be tried for ever.
+const maxSameMisses = 3
+
+func sameFilter(a, b bson.D) bool {
+	x, err1 := bson.Marshal(a)
+	y, err2 := bson.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(x, y)
+}
+
+// unmatchable reads the task again and returns the error of a run end
+// that can never match it, naming the first field its filter needs that
+// the task lacks (a person finds it on the task, set invalid); nil when
+// the task has every one, and the misses were concurrent writes.
+func (e *End) unmatchable(ctx context.Context, coll *mongo.Collection, filter bson.D) error {
+	clauses := filter[min(len(e.Fence), len(filter)):]
+	fields := filterFields(clauses, nil)
+	proj := bson.D{{Key: stored.FID, Value: 1}}
+	for _, f := range fields {
+		proj = append(proj, bson.E{Key: f, Value: 1})
+	}
+	raw, err := coll.FindOne(ctx, e.Fence, options.FindOne().SetProjection(proj)).Raw()
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return nil // no longer held: the next try tells
+	case err != nil:
+		return fmt.Errorf("mscheduler: read task %q: %w", e.Key, err)
+	}
+	for _, f := range fields {
+		if _, err := raw.LookupErr(strings.Split(f, ".")...); err != nil {
+			return &Unreadable{Key: e.Key, Problem: stored.Problemf(f, "is missing (removed by hand?): the end of run %s, filtered on %s, can match nothing", e.Record.RunID, describeFilter(clauses))}
+		}
+	}
+	return nil
+}
+
+// filterFields are the fields a filter's clauses name, under $or, $and
+// and $nor too, in order.
+func filterFields(d bson.D, out []string) []string {
+	for _, e := range d {
+		if !strings.HasPrefix(e.Key, "$") {
+			if !slices.Contains(out, e.Key) {
+				out = append(out, e.Key)
+			}
+			continue
+		}
+		if arr, ok := e.Value.(bson.A); ok {
+			for _, v := range arr {
+				if sub, ok := v.(bson.D); ok {
+					out = filterFields(sub, out)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func describeFilter(f bson.D) string {
+	b, err := bson.MarshalExtJSON(f, false, false)
+	if err != nil {
+		return fmt.Sprint(f)
+	}
+	return string(b)
 }
 
 // GoneOrApplied tells, once the run no longer holds its slot, whether an

@@ -1,6 +1,7 @@
 package upkeep
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,10 +19,11 @@ import (
 // SweepBatch bounds the tasks one sweep looks at.
 const SweepBatch = 50
 
-// sweepSkipFor is how long a sweep leaves out a task on which none of its
-// writes applied (it changed between the read and the write, over and
-// over): so that no set of such tasks fills every batch and keeps the
-// sweep from the others.
+// sweepSkipFor is how long a sweep leaves out a task as it read it (the
+// same rev and holders) when none of its writes applied, so that no set
+// of tasks whose writes never apply fills every batch and keeps the sweep
+// from the others. A task that moved since (a claim, a ping, a run end)
+// is swept again at once: a skip must never hide the next lapsed lease.
 const sweepSkipFor = time.Minute
 
 // next_expiry is a lower bound of the leases held on a task: a claim lowers
@@ -41,8 +43,8 @@ func (w *Worker) Sweep(ctx context.Context, skips *SweepSkips, now, horizon time
 		SetLimit(SweepBatch).
 		SetProjection(bson.D{{Key: stored.FRuns, Value: 0}, {Key: stored.FParams, Value: 0}})
 	filter := bson.D{{Key: stored.FNextExpiry, Value: taskstate.Op("$lte", horizon)}}
-	if skipped := skips.ids(now); len(skipped) > 0 {
-		filter = append(filter, bson.E{Key: stored.FID, Value: taskstate.Op("$nin", skipped)})
+	if skipped := skips.filters(now); len(skipped) > 0 {
+		filter = append(filter, bson.E{Key: "$nor", Value: skipped})
 	}
 	cur, err := w.Coll.Find(ctx, filter, opts)
 	if err != nil {
@@ -59,10 +61,11 @@ func (w *Worker) Sweep(ctx context.Context, skips *SweepSkips, now, horizon time
 		}
 		wrote, err := w.sweepTask(ctx, raw, now)
 		if err != nil {
+			// Most likely the server, not the task: the next sweep tries it
+			// again.
 			w.Report.Error(err)
-		}
-		if !wrote {
-			skips.add(raw.Lookup(stored.FID), now.Add(sweepSkipFor))
+		} else if !wrote {
+			skips.add(raw, now.Add(sweepSkipFor))
 		}
 		progress = progress || wrote
 	}
@@ -88,6 +91,7 @@ func (w *Worker) sweepTask(ctx context.Context, raw bson.Raw, now time.Time) (bo
 		}
 	}
 	wrote, lapsed := false, 0
+	var failed error
 	var earliest time.Time // the earliest lease still valid
 	for workerID, h := range t.Holders {
 		if lease := taskstate.EffectiveLease(h, stored.FromMS(t.WorkerTimeoutMS)); !lease.Before(now) {
@@ -99,9 +103,15 @@ func (w *Worker) sweepTask(ctx context.Context, raw bson.Raw, now time.Time) (bo
 		lapsed++
 		ok, err := w.expire(ctx, raw, t, workerID, h, now)
 		if err != nil {
-			w.Report.Error(err)
+			failed = cmp.Or(failed, err)
 		}
 		wrote = wrote || ok
+	}
+	if failed != nil && !wrote {
+		return false, failed
+	}
+	if failed != nil {
+		w.Report.Error(failed)
 	}
 	if wrote {
 		// The task's next_expiry moved with the writes, or is still due:
@@ -175,34 +185,52 @@ func (w *Worker) repairExpiry(ctx context.Context, raw bson.Raw, earliest time.T
 }
 
 // SweepSkips holds the tasks the sweep leaves out for a while, by _id
-// as read; it is bounded and forgets each entry when it expires. It
-// belongs to the claim loop.
+// and rev as read; it is bounded and forgets each entry when it expires.
+// It belongs to the upkeep loop.
 type SweepSkips []sweepSkip
 
 type sweepSkip struct {
-	id    bson.RawValue
-	until time.Time
+	id bson.RawValue
+	// asRead are the fields that any claim, ping or run end of the task
+	// changes, as read (zero for a field the task lacks).
+	rev, holders bson.RawValue
+	until        time.Time
 }
 
-func (l *SweepSkips) add(id bson.RawValue, until time.Time) {
+func (l *SweepSkips) add(raw bson.Raw, until time.Time) {
 	if len(*l) >= maxSweepSkips {
 		*l = (*l)[1:]
 	}
-	*l = append(*l, sweepSkip{id, until})
+	rev, _ := raw.LookupErr(stored.FRev)
+	holders, _ := raw.LookupErr(stored.FHolders)
+	*l = append(*l, sweepSkip{id: raw.Lookup(stored.FID), rev: rev, holders: holders, until: until})
 }
 
-// ids returns the _ids still left out at now, forgetting the others.
-func (l *SweepSkips) ids(now time.Time) bson.A {
+// filters returns, for a $nor, the tasks still left out at now, each as
+// read, forgetting the others.
+func (l *SweepSkips) filters(now time.Time) bson.A {
 	left := (*l)[:0]
 	var out bson.A
 	for _, s := range *l {
 		if now.Before(s.until) {
 			left = append(left, s)
-			out = append(out, s.id)
+			out = append(out, s.filter())
 		}
 	}
 	*l = left
 	return out
+}
+
+// filter matches the task as it was read: its rev and holders unchanged.
+func (s sweepSkip) filter() bson.D {
+	return bson.D{{Key: stored.FID, Value: s.id}, asRead(stored.FRev, s.rev), asRead(stored.FHolders, s.holders)}
+}
+
+func asRead(field string, v bson.RawValue) bson.E {
+	if v.Type == 0 {
+		return bson.E{Key: field, Value: taskstate.Op("$exists", false)}
+	}
+	return bson.E{Key: field, Value: v}
 }
 
 // maxSweepSkips bounds the tasks the sweep leaves out at once; the oldest

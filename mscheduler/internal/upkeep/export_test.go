@@ -1,0 +1,11 @@
+package upkeep
+
+import (
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Skip and Filters open SweepSkips to the package's external tests.
+func (l *SweepSkips) Skip(raw bson.Raw, until time.Time) { l.add(raw, until) }
+func (l *SweepSkips) Filters(now time.Time) bson.A       { return l.filters(now) }
