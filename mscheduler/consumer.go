@@ -637,6 +637,7 @@ func (c *Consumer[P, R]) prepare(ctx context.Context, up *upkeepState) (*mongo.C
 		stream, err = c.openStream(ctx)
 		return err
 	})
+	c.warmPool(ctx, &g, 4)
 	err := g.Wait()
 	if err != nil && stream != nil {
 		_ = stream.Close(context.Background())
