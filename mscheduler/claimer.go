@@ -362,8 +362,7 @@ func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (bson.Raw
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return nil, "", nil
 	case err != nil && isServerRefusal(err):
-		c.refused(wctx, st, filter, err)
-		return nil, "", nil
+		return c.claimPastRefusal(wctx, st)
 	case err != nil:
 		// The server may have applied the claim and lost the reply (a
 		// server without retryable writes does not resend it).
@@ -376,6 +375,33 @@ func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (bson.Raw
 	}
 	return raw, runID, nil
 }
+
+// claimPastRefusal claims one slot after a claim of whichever task came
+// first was refused: the candidates are read and claimed one at a time, by
+// key, until one is won, so that a refusal names its task. Looking the
+// refused task up again with the claim's own filter named the wrong one
+// when the task at fault had left the claimable ones meanwhile (another
+// worker set it invalid), and a sound task was set invalid for it.
+func (c *Consumer[P, R]) claimPastRefusal(ctx context.Context, st *claimState) (bson.Raw, string, error) {
+	now := c.clock.Now()
+	cands, err := c.candidates(ctx, c.claimant(st, now).Due(now), refusalCandidates)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, cd := range cands {
+		won, err := c.claimAlone(st, cd)
+		if err != nil {
+			return nil, "", err
+		}
+		if len(won) > 0 {
+			return won[0].raw, won[0].runID, nil
+		}
+	}
+	return nil, "", nil
+}
+
+// refusalCandidates is how many candidates a claim past a refusal reads.
+const refusalCandidates = 8
 
 // maxUnconfirmed bounds the lost claims looked for at once: a lost batch
 // claim leaves one per statement.
