@@ -24,7 +24,6 @@ func TestUnansweredPingsStopHandlerAtLease(t *testing.T) {
 	// Once frozen, the proxy forwards nothing more and answers nothing,
 	// as a server that stopped answering (a partition, a hung primary).
 	frozen, thaw := make(chan struct{}), make(chan struct{})
-	t.Cleanup(func() { close(thaw) })
 	_, client := newCmdProxy(t, func(string, bson.Raw) bool {
 		select {
 		case <-frozen:
@@ -33,6 +32,10 @@ func TestUnansweredPingsStopHandlerAtLease(t *testing.T) {
 		}
 		return false
 	})
+	// Thawed after the consumer's stop (registered later, run earlier)
+	// and before the client disconnects (registered earlier, run later):
+	// a disconnect ends its sessions through the proxy.
+	t.Cleanup(func() { close(thaw) })
 	ev := mschedulertest.NewEvents()
 	causes := make(chan error, 1)
 	cfg := fastConfig("stalled", ev)

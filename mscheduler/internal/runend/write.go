@@ -109,6 +109,9 @@ func sameFilter(a, b bson.D) bool {
 // the task lacks (a person finds it on the task, set invalid); nil when
 // the task has every one, and the misses were concurrent writes.
 func (e *End) unmatchable(ctx context.Context, coll *mongo.Collection, filter bson.D) error {
+	if filter == nil {
+		return &Unreadable{Key: e.Key, Problem: stored.Problemf(stored.WholeDocument, "fits none of the cases a run end is written in (status %q, running %d, free %d)", e.Seen.Status, e.Seen.Running, e.Seen.Free)}
+	}
 	clauses := filter[min(len(e.Fence), len(filter)):]
 	fields := filterFields(clauses, nil)
 	proj := bson.D{{Key: stored.FID, Value: 1}}
