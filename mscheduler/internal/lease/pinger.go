@@ -306,14 +306,19 @@ func (p *Pinger) tick(ctx context.Context) time.Time {
 	}
 	running, ending := splitEnding(batch)
 	p.sendBatches(ctx, running, now)
-	p.sendBatches(ctx, ending, now)
+	for _, r := range ending {
+		if p.inflight < pingParallelism {
+			p.send(ctx, []*Run{r}, now)
+		}
+	}
 	return next
 }
 
 // splitEnding parts the runs whose end is being written from the others:
-// they are pinged apart, for their statements may miss as their ends
-// land, and a batch renews its runs at once (before its read) only when
-// every statement matched.
+// each is pinged alone, for its statement may miss as its end lands, and
+// a batch renews its runs at once (before its read) only when every
+// statement matched; runs that all end together land their ends at
+// different times, one batch of ends after another.
 func splitEnding(runs []*Run) (running, ending []*Run) {
 	for _, r := range runs {
 		if r.Finished.Load() {
