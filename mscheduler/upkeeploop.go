@@ -134,7 +134,11 @@ func (c *Consumer[P, R]) sweepIfDue(ctx context.Context, st *upkeepState) {
 	}
 	interval := jitter(c.spreadOut(c.cfg.SweepInterval, c.view().alive))
 	st.sweepAt = now.Add(interval)
+	start := time.Now()
 	next, err := c.upkeep.Sweep(ctx, &st.sweepSkips, now, st.sweepAt)
+	// For a person asking why a lapsed lease stayed: when sweeps ran and
+	// how long they took.
+	c.log.Debug("swept", "took", time.Since(start).Round(time.Millisecond), "error", err)
 	// The interval counts from the sweep's end: on a slow server, sweeps
 	// back to back would be most of the load.
 	st.sweepAt = c.clock.Now().Add(interval)
@@ -155,6 +159,10 @@ func (c *Consumer[P, R]) maintainIfDue(ctx context.Context, st *upkeepState) {
 		return
 	}
 	st.maintainAt = now.Add(jitter(c.cfg.MaintenanceInterval))
+	start := time.Now()
+	defer func() {
+		c.log.Debug("maintenance turn", "leader", c.leader.Load(), "took", time.Since(start).Round(time.Millisecond))
+	}()
 	leader, err := c.upkeep.TakeMaintenance(ctx, now, 3*c.cfg.MaintenanceInterval)
 	c.leader.Store(leader)
 	if err != nil {
@@ -181,7 +189,9 @@ func (c *Consumer[P, R]) checkIfDue(ctx context.Context, st *upkeepState) {
 	if !c.leader.Load() {
 		return
 	}
+	start := time.Now()
 	again, err := c.upkeep.Check(ctx, now)
+	c.log.Debug("checked", "took", time.Since(start).Round(time.Millisecond), "error", err)
 	if err != nil {
 		c.loopError(ctx, err)
 	}

@@ -232,11 +232,18 @@ type commands struct {
 	started bool
 	counts  map[string]int64
 	times   map[string]time.Duration
+	// statements are the statements of the writes that carry several
+	// (insert, update, delete), by command name: with their commands they
+	// tell how large the batches were.
+	statements map[string]int64
 }
 
 func newCommands() *commands {
-	return &commands{counts: map[string]int64{}, times: map[string]time.Duration{}}
+	return &commands{counts: map[string]int64{}, times: map[string]time.Duration{}, statements: map[string]int64{}}
 }
+
+// statementArrays names the array holding a write command's statements.
+var statementArrays = map[string]string{"insert": "documents", "update": "updates", "delete": "deletes"}
 
 // start begins counting: what clients send before (connecting) is left out.
 func (c *commands) start() {
@@ -251,6 +258,7 @@ func (c *commands) monitor() *event.CommandMonitor {
 			c.mu.Lock()
 			if c.started {
 				c.counts[ev.CommandName]++
+				c.statements[ev.CommandName] += statementsOf(ev)
 			}
 			c.mu.Unlock()
 		},
@@ -267,11 +275,24 @@ func (c *commands) took(name string, d time.Duration) {
 	c.mu.Unlock()
 }
 
-// snapshot is a copy of the counts and times so far.
-func (c *commands) snapshot() (map[string]int64, map[string]time.Duration) {
+// statementsOf counts the statements of a write that carries several.
+func statementsOf(ev *event.CommandStartedEvent) int64 {
+	field, ok := statementArrays[ev.CommandName]
+	if !ok {
+		return 0
+	}
+	vals, err := ev.Command.Lookup(field).Array().Values()
+	if err != nil {
+		return 0
+	}
+	return int64(len(vals))
+}
+
+// snapshot copies the counts, times and statements so far into st.
+func (c *commands) snapshot(st *runStats) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return maps.Clone(c.counts), maps.Clone(c.times)
+	st.Commands, st.Times, st.Statements = maps.Clone(c.counts), maps.Clone(c.times), maps.Clone(c.statements)
 }
 
 // client connects a client whose commands count into cmds.

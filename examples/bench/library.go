@@ -84,7 +84,7 @@ func libraryEndToEnd(ctx context.Context, e *env, workers, round int) (runStats,
 	err = done.wait(ctx, e.cfg.Stall)
 	st.Drain = time.Since(drainStart)
 	st.CPU = cpuSince(cpu0, cpuOK)
-	st.Commands, st.Times = cmds.snapshot()
+	cmds.snapshot(&st)
 	st.Succeeded = done.count()
 	st.Problems = int(problems.Load())
 	st.Reruns = int(claims.Load()) - st.Succeeded

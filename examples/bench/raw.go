@@ -65,7 +65,7 @@ func rawEndToEnd(ctx context.Context, e *env, workers, round int) (runStats, err
 		if succeeded.Add(1) == int64(e.cfg.Tasks) {
 			st.Drain = time.Since(drainStart)
 			st.CPU = cpuSince(cpu0, cpuOK)
-			st.Commands, st.Times = cmds.snapshot()
+			cmds.snapshot(&st)
 		}
 	}
 	g, gctx := errgroup.WithContext(ctx)

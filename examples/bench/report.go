@@ -57,6 +57,9 @@ type runStats struct {
 	CPU       time.Duration // user+system of this process over both; -1 unknown
 	Commands  map[string]int64
 	Times     map[string]time.Duration // round trips by command name, summed
+	// Statements are the statements of inserts, updates and deletes, by
+	// command name.
+	Statements map[string]int64
 }
 
 // add is the sum of two runs.
@@ -74,6 +77,13 @@ func (s runStats) add(t runStats) runStats {
 	}
 	for name, n := range t.Commands {
 		out.Commands[name] += n
+	}
+	out.Statements = maps.Clone(s.Statements)
+	if out.Statements == nil {
+		out.Statements = map[string]int64{}
+	}
+	for name, n := range t.Statements {
+		out.Statements[name] += n
 	}
 	if out.Times == nil {
 		out.Times = map[string]time.Duration{}
@@ -294,6 +304,18 @@ func (r *report) printCommandNames(w io.Writer) {
 	}
 	r.printByName(w, "commands per task by name", names, func(s runStats, n string) string {
 		return fmt.Sprintf("%.3f", perTask(s, n))
+	})
+	batched := map[string]bool{}
+	for n := range names {
+		if _, ok := statementArrays[n]; ok {
+			batched[n] = true
+		}
+	}
+	r.printByName(w, "statements per command (how large the batches were)", batched, func(s runStats, n string) string {
+		if s.Commands[n] == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", float64(s.Statements[n])/float64(s.Commands[n]))
 	})
 	r.printByName(w, "round-trip ms per task by name (as the client saw it: includes waiting for the server)", names,
 		func(s runStats, n string) string {

@@ -145,7 +145,7 @@ func TestVandalSoak(t *testing.T) {
 		}
 		return fmt.Sprintf(" (the vandal's edits of it: %v)", v.editsOf(key))
 	}
-	stale := &staleHolders{t: t, v: v, bound: soakLease + *sweepFlag + staleSlack, prev: map[string]bool{}}
+	stale := &staleHolders{t: t, v: v, bound: soakLease + *sweepFlag + staleSlack, prev: map[string]bool{}, pool: e.pool}
 	r.polled = stale.poll
 	api := newReaders(t, e, v, build)
 	var stopVandal, stopAPI func()
@@ -818,6 +818,7 @@ type staleHolders struct {
 	t     testing.TB
 	v     *vandal
 	bound time.Duration
+	pool  *workerPool // nil: no digest of the workers' upkeep on a failure
 
 	prev             map[string]bool // holders past the bound at the last poll
 	reported         int
@@ -859,6 +860,9 @@ func (s *staleHolders) poll(live liveTasks) {
 				s.reported++
 				s.t.Errorf("task %s (status %s): holder %s (run %s) still holds it %s after its lease lapsed, past %s, on two polls in a row; vandal's edits of the task: %v",
 					id, d.Status, w, h.Run, age.Round(time.Millisecond), s.bound, s.v.editsOf(key))
+				if s.reported == 1 && s.pool != nil {
+					s.t.Log(upkeepDigest(s.pool, w, h.LeaseUntil))
+				}
 			}
 		}
 	}

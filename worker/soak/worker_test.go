@@ -103,7 +103,8 @@ func runWorkerProcess() int {
 			return 1
 		}
 	}
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	// DEBUG: a failure's report shows when each worker swept.
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	handler := newHandler(logFile)
 	// Run handles SIGTERM itself; this catches one that comes between two
 	// attempts to start.
