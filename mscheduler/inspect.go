@@ -41,6 +41,15 @@ type TaskInfo[P any] struct {
 	Runs []RunInfo
 }
 
+// LastRun is the task's most recent finished run, and false if it has
+// none (a task never run, or read by List, which leaves runs out).
+func (t *TaskInfo[P]) LastRun() (RunInfo, bool) {
+	if len(t.Runs) == 0 {
+		return RunInfo{}, false
+	}
+	return t.Runs[len(t.Runs)-1], true
+}
+
 // HolderInfo is a run going on: who holds it and until when.
 type HolderInfo struct {
 	WorkerID, RunID string

@@ -24,10 +24,32 @@ const (
 // done reports a status in which a task runs no more until a person acts.
 func done(s Status) bool { return isFinal(s) || s == StatusInvalid }
 
+// settled says a task runs no more until a person acts and its runs have
+// ended: a task cancelled while it ran is final at once, but its run is
+// recorded when its worker has stopped the handler. A run whose lease
+// lapsed at now (its worker gone) is not waited for: a sweep records it
+// later, as expired.
+func settled[P any](info *TaskInfo[P], now time.Time) bool {
+	if info.Status == StatusInvalid {
+		return true
+	}
+	if !isFinal(info.Status) {
+		return false
+	}
+	for _, h := range info.Holders {
+		if h.LeaseUntil.After(now) {
+			return false
+		}
+	}
+	return true
+}
+
 // Wait blocks until the task reaches a final status (succeeded, failed,
-// finished, cancelled) or is set invalid, and returns it as Get does: its
-// last run is the last of TaskInfo.Runs, with its result or error. ctx
-// bounds the wait. It returns [ErrNotFound] if no task has the key (or it
+// finished, cancelled) with no run going, or is set invalid, and returns it
+// as Get does: its last run is [TaskInfo.LastRun], with its result or
+// error. A task cancelled while it ran is returned once its worker has
+// recorded the run (outcome cancelled), or once the run's lease has
+// lapsed if its worker is gone. ctx bounds the wait. It returns [ErrNotFound] if no task has the key (or it
 // is deleted while waited for).
 func (p *Producer[P]) Wait(ctx context.Context, key string) (*TaskInfo[P], error) {
 	ended := make(chan string, 16)
@@ -45,7 +67,7 @@ func (p *Producer[P]) Wait(ctx context.Context, key string) (*TaskInfo[P], error
 		if err != nil {
 			return nil, err
 		}
-		if done(info.Status) {
+		if settled(info, time.Now()) {
 			return info, nil
 		}
 		timer.Reset(delay)

@@ -57,6 +57,10 @@ func TestWait(t *testing.T) {
 	if err != nil || cancelled.Status != mscheduler.StatusCancelled {
 		t.Fatalf("Wait(blocked) = %+v, %v; want cancelled", cancelled, err)
 	}
+	// Cancelled while it ran: Wait returns once the run is recorded.
+	if last, ok := cancelled.LastRun(); !ok || last.Outcome != mscheduler.OutcomeCancelled || len(cancelled.Holders) != 0 {
+		t.Fatalf("Wait(blocked) returned runs %+v, holders %+v; want the cancelled run recorded and none going", cancelled.Runs, cancelled.Holders)
+	}
 	if _, err := p.Wait(ctxT(t), "nope"); !errors.Is(err, mscheduler.ErrNotFound) {
 		t.Fatalf("Wait(nope) = %v, want ErrNotFound", err)
 	}
