@@ -63,6 +63,7 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 	for _, cd := range chosen {
 		if cd.WorkerTimeoutMS > 0 {
 			st.leases.observe(fromMS(cd.WorkerTimeoutMS))
+			c.limiter.KeepWithin(fromMS(cd.WorkerTimeoutMS)) // before the claim's round trip is weighed
 		}
 	}
 	// The runs start now, not when the candidates were read: on a slow

@@ -149,15 +149,16 @@ type ConsumerConfig struct {
 	// each. 1 claims each run alone. Defaults to [ClaimBatchMaxDefault].
 	ClaimBatchMax int
 	// ClaimBatchWindow is how long a claim waits for more free slots when
-	// work is waiting and fewer than half the capacity (at most
-	// ClaimBatchMax) are free, or runs of this consumer are writing their
-	// ends: runs going free theirs soon (those of one batched end all at
-	// once), and one batch claim of many costs three commands as one of a
-	// few does. It applies
-	// only from a capacity of 8 and while the last claim found more work
-	// than it took, so a task at a time is claimed at once. Defaults to
-	// [ClaimBatchWindowDefault]; set [NoClaimBatchWindow] to claim
-	// whatever is free at once.
+	// work is waiting and not every slot (at most ClaimBatchMax, within
+	// the pressure limit) is free, or runs of this consumer are writing
+	// their ends: runs going free theirs soon (those of one batched end all
+	// at once), and one batch claim of many costs three commands as one of
+	// a few does. It applies only from a capacity of 8 and while the last
+	// claim found more work than it took, so a task at a time is claimed
+	// at once. On a slow server the wait is the current round trip when
+	// that is longer, up to a second. Defaults to
+	// [ClaimBatchWindowDefault]; set [NoClaimBatchWindow] to claim whatever
+	// is free at once.
 	ClaimBatchWindow time.Duration
 	// ClaimSpareFor is how long candidates that a batch claim read but did
 	// not choose may serve the next claims of this consumer while work is

@@ -246,9 +246,9 @@ func TestGrowingDelayThrottlesThenRecovers(t *testing.T) {
 	if warns.count("server slow") == 0 || warns.count("server too slow to keep") == 0 {
 		t.Errorf("no WARN when throttling: %q", warns.msgs)
 	}
-	if p := slowing.Pressure(); p.HeldBack == 0 {
-		t.Errorf("pressure %+v: no claim held back", p)
-	}
+	// Its slots may all be held by runs whose ends are on their way when
+	// the limit falls: the free slots it leaves are counted as they free.
+	waitUntil(t, time.Minute, "a free slot left unclaimed to be counted", func() bool { return slowing.Pressure().HeldBack > 0 })
 
 	rescue := fastConfig("rescuing", ev)
 	rescue.Capacity, rescue.SweepInterval = 16, 200*time.Millisecond

@@ -347,7 +347,15 @@ func (p *Pinger) pingAt(r *Run) time.Time {
 	if r.failures > 0 {
 		return r.nextPing
 	}
-	return minTime(r.nextPing, r.Lease().Add(-p.reserve()))
+	atRisk := r.Lease().Add(-p.reserve())
+	if r.Finished.Load() {
+		// A run whose end is being written is pinged only when its lease
+		// would not cover that write any more: each is pinged alone (see
+		// splitEnding), and on a slow server its end, queued behind the
+		// others' commands, usually lands well within the lease.
+		return atRisk
+	}
+	return minTime(r.nextPing, atRisk)
 }
 
 // reserveMargin is the lease a ping is sent with at the least, beyond

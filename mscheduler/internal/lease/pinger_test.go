@@ -54,3 +54,26 @@ func TestUnrenewableSettingsAreIgnoredOnce(t *testing.T) {
 		t.Fatalf("sound settings not taken: %s, %s", r.PingInterval, r.WorkerTimeout)
 	}
 }
+
+// TestAnEndingRunIsPingedOnlyAtRisk: a run whose end is being written is
+// pinged alone, so it is pinged not at its interval but only once its
+// lease would not cover the write (twice the pings' round trip and a
+// margin); a running run is pinged at its interval.
+func TestAnEndingRunIsPingedOnlyAtRisk(t *testing.T) {
+	p := &Pinger{latency: time.Second}
+	now := time.Unix(1000, 0)
+	r := &Run{Key: "k", RunID: "r", PingInterval: 10 * time.Second, WorkerTimeout: 30 * time.Second}
+	r.SetLease(now.Add(30 * time.Second))
+	r.nextPing = now.Add(10 * time.Second)
+	if got := p.pingAt(r); !got.Equal(r.nextPing) {
+		t.Fatalf("running run pinged at %s, want its interval's %s", got, r.nextPing)
+	}
+	r.Finished.Store(true)
+	if want := now.Add(30*time.Second - 2*time.Second - reserveMargin); !p.pingAt(r).Equal(want) {
+		t.Fatalf("ending run pinged at %s, want %s (its lease less the reserve)", p.pingAt(r), want)
+	}
+	r.failures = 1
+	if got := p.pingAt(r); !got.Equal(r.nextPing) {
+		t.Fatalf("ending run after a failed ping pinged at %s, want the backoff's %s", got, r.nextPing)
+	}
+}

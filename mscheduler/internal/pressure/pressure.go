@@ -7,7 +7,7 @@
 // [BaselineWindow] (what the server answers in when it is not queueing
 // this worker's commands), the current latency a short moving average.
 // When the latency is at least [SlowFactor] times the baseline and above a
-// floor (below which nothing is slow: [Floor], or a twentieth of the
+// floor (below which nothing is slow: [Floor], or an eighth of the
 // shortest lease if that is more, since a round trip that small is no
 // danger to any lease), the limit halves, at most once per step; when it
 // is back under [RecoverFactor] times the baseline, or under the floor,
@@ -37,8 +37,12 @@ const (
 	// round trip of a few milliseconds doubling is noise, not a queue.
 	Floor = 250 * time.Millisecond
 	// leaseShare is the part of the shortest lease below which a round
-	// trip is not slow either.
-	leaseShare = 20
+	// trip is not slow either: a run's claim, its first ping and a few
+	// retries fit in its lease many times over. A busy server answers in
+	// seconds; holding fewer runs does not ease it (a batch renews or ends
+	// many runs in one command, a few in one too), while claiming fewer
+	// at a time costs it more commands per task.
+	leaseShare = 8
 	// MinStep is the least time between two changes of the limit.
 	MinStep = 250 * time.Millisecond
 	// BaselineWindow is how far back the baseline looks.
@@ -143,6 +147,13 @@ func (l *Limiter) adjust(now time.Time) (Change, bool) {
 		return Change{Was: was, Limit: l.allowed(), Max: l.max, Latency: l.fast, Baseline: base, Unkeepable: unkeepable}, true
 	}
 	if !l.changed.IsZero() && now.Sub(l.changed) < max(l.fast, MinStep) {
+		return Change{}, false
+	}
+	if l.lease == 0 {
+		// No lease to keep yet: a worker that has claimed nothing has
+		// nothing to protect, and halving at its first round trips (its
+		// start, on a server busy with the others' work) only splits its
+		// first claims.
 		return Change{}, false
 	}
 	floor := max(Floor, l.lease/leaseShare)

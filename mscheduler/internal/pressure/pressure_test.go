@@ -22,6 +22,7 @@ func TestHalvesWhenSlowAndRecoversByOne(t *testing.T) {
 	c := &fakeClock{t: time.Unix(0, 0)}
 	var changes []Change
 	l := New(16, c.now, func(ch Change) { changes = append(changes, ch) })
+	l.KeepWithin(2 * time.Second)
 	observeFor(l, c, 50*time.Millisecond, 10*time.Millisecond, 2*time.Second)
 	if l.Limit() != 16 || len(changes) != 0 {
 		t.Fatalf("at the baseline: limit %d, %d changes", l.Limit(), len(changes))
@@ -82,10 +83,33 @@ func TestUnkeepableLeaseTakesNothing(t *testing.T) {
 func TestBaselineForgetsOldSamples(t *testing.T) {
 	c := &fakeClock{t: time.Unix(0, 0)}
 	l := New(8, c.now, nil)
+	l.KeepWithin(2 * time.Second)
 	observeFor(l, c, 10*time.Millisecond, 10*time.Millisecond, time.Second)
 	observeFor(l, c, 400*time.Millisecond, 50*time.Millisecond, BaselineWindow+10*time.Second)
 	observeFor(l, c, 400*time.Millisecond, 50*time.Millisecond, 30*time.Second)
 	if l.Limit() != 8 {
 		t.Fatalf("limit %d after a steady 400 ms for a minute, want 8", l.Limit())
+	}
+}
+
+// TestNoLeaseNoHalving: a worker that knows no lease yet is never slow,
+// however its round trips grow; once a lease is known, the floor is an
+// eighth of it.
+func TestNoLeaseNoHalving(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	l := New(16, c.now, nil)
+	observeFor(l, c, 10*time.Millisecond, 10*time.Millisecond, time.Second)
+	observeFor(l, c, 2*time.Second, 100*time.Millisecond, 5*time.Second)
+	if l.Limit() != 16 {
+		t.Fatalf("no lease known, 2 s round trips: limit %d, want 16", l.Limit())
+	}
+	l.KeepWithin(30 * time.Second) // floor 3.75 s
+	observeFor(l, c, 2*time.Second, 100*time.Millisecond, 5*time.Second)
+	if l.Limit() != 16 {
+		t.Fatalf("30 s leases, 2 s round trips: limit %d, want 16", l.Limit())
+	}
+	observeFor(l, c, 5*time.Second, 100*time.Millisecond, 10*time.Second)
+	if l.Limit() >= 16 {
+		t.Fatalf("30 s leases, 5 s round trips: limit %d, want halved", l.Limit())
 	}
 }
