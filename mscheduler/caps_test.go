@@ -1,7 +1,6 @@
 package mscheduler_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -107,24 +106,6 @@ func TestRunEndOverTheDocumentLimitSetsTaskInvalid(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination safe for the consumer's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestFailedRunIsLoggedWithItsError: a failed run is logged at WARN with
 // the task's key and the error text, so that the log says why.
 func TestFailedRunIsLoggedWithItsError(t *testing.T) {
@@ -133,7 +114,7 @@ func TestFailedRunIsLoggedWithItsError(t *testing.T) {
 	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", MaxRetries: mscheduler.NoRetries, MaxFailedRuns: 1}, nil); err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out mschedulertest.Buffer
 	ev := mschedulertest.NewEvents()
 	cfg := fastConfig("w", ev)
 	cfg.Logger = slog.New(slog.NewTextHandler(&out, nil))

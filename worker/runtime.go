@@ -98,7 +98,7 @@ func (w *Worker) serveHTTP() (*http.Server, error) {
 		mux.Handle("/dashboard/", http.StripPrefix("/dashboard", d))
 		served += " and /dashboard/"
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := dashboard.NewServer(mux) // every time bounded, for /metrics too
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			w.log.Error("HTTP listener stopped", "error", err)

@@ -93,6 +93,9 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusForbidden, "This dashboard is read-only.")
 		return
 	}
+	if !d.readForm(w, r) {
+		return
+	}
 	ctx, cancel := d.queryContext(r)
 	defer cancel()
 	c, key, action := r.URL.Query().Get("c"), r.URL.Query().Get("key"), r.PostFormValue("action")
@@ -196,12 +199,11 @@ func (d *Dashboard) actMany(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusForbidden, "This dashboard is read-only.")
 		return
 	}
-	ctx, cancel := d.queryContext(r)
-	defer cancel()
-	if err := r.ParseForm(); err != nil {
-		d.fail(w, r, http.StatusBadRequest, "The form could not be read: "+err.Error())
+	if !d.readForm(w, r) {
 		return
 	}
+	ctx, cancel := d.queryContext(r)
+	defer cancel()
 	c, action, keys := r.URL.Query().Get("c"), r.PostForm.Get("action"), r.PostForm["key"]
 	switch action {
 	case "retry", "cancel", "delete":
@@ -244,4 +246,20 @@ func orUnknown(s string) string {
 		return "not said"
 	}
 	return s
+}
+
+// readForm reads a POST's form; a body past MaxBodyBytes is refused with
+// 413, any other unreadable form with 400, and nothing is done.
+func (d *Dashboard) readForm(w http.ResponseWriter, r *http.Request) bool {
+	err := r.ParseForm()
+	var tooLarge *http.MaxBytesError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &tooLarge):
+		d.fail(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("Nothing was done: the form is larger than %d bytes (MaxBodyBytes).", tooLarge.Limit))
+	default:
+		d.fail(w, r, http.StatusBadRequest, "Nothing was done: the form could not be read: "+err.Error())
+	}
+	return false
 }

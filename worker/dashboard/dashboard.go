@@ -45,6 +45,21 @@ type Config struct {
 	Token string
 	// QueryTimeout bounds each query. Defaults to [QueryTimeoutDefault].
 	QueryTimeout time.Duration
+	// AllowedHosts are the host names (as in the Host header, without the
+	// port) the dashboard answers to, besides localhost, 127.0.0.1 and
+	// ::1, which it always answers to. A request for any other name is
+	// refused with 421, so that a page whose name was rebound to the
+	// dashboard's address (DNS rebinding) cannot read or act. Defaults to
+	// none: the loopback names only, or any name when Token is set (the
+	// browser never sends the token to another name).
+	AllowedHosts []string
+	// MaxBodyBytes bounds a request's body; a longer one is refused with
+	// 413. Defaults to [MaxBodyBytesDefault].
+	MaxBodyBytes int64
+	// MaxEventStreams bounds the live-update streams open at once (one
+	// per open page); more are refused with 503, and those pages reload
+	// by themselves later. Defaults to [MaxEventStreamsDefault].
+	MaxEventStreams int
 	// Logger receives the errors of pages and actions. Defaults to
 	// slog.Default().
 	Logger *slog.Logger
@@ -53,6 +68,8 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	c.Token = cmp.Or(c.Token, os.Getenv(EnvToken))
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, QueryTimeoutDefault)
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
+	c.MaxEventStreams = cmp.Or(c.MaxEventStreams, MaxEventStreamsDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -62,6 +79,17 @@ func (c Config) withDefaults() Config {
 func (c Config) validate() error {
 	if c.QueryTimeout < 0 {
 		return fmt.Errorf("dashboard: invalid QueryTimeout: must be positive, got %s", c.QueryTimeout)
+	}
+	if c.MaxBodyBytes < 0 {
+		return fmt.Errorf("dashboard: invalid MaxBodyBytes: must be positive, got %d", c.MaxBodyBytes)
+	}
+	if c.MaxEventStreams < 0 {
+		return fmt.Errorf("dashboard: invalid MaxEventStreams: must be positive, got %d", c.MaxEventStreams)
+	}
+	for i, name := range c.AllowedHosts {
+		if !validHostName(name) {
+			return fmt.Errorf("dashboard: invalid AllowedHosts[%d]: %q is not a host name (no scheme, port or path)", i, name)
+		}
 	}
 	for i, name := range c.Collections {
 		if name == "" || strings.HasPrefix(name, "system.") {
@@ -113,7 +141,7 @@ func New(db *mongo.Database, cfg *Config) (*Dashboard, error) {
 	})
 	// Cross-origin POSTs are refused: the browser says where a request
 	// comes from (Sec-Fetch-Site, Origin), and only same-origin ones act.
-	d.root = d.authenticate(http.NewCrossOriginProtection().Handler(mux))
+	d.root = d.guard(d.authenticate(http.NewCrossOriginProtection().Handler(mux)))
 	return d, nil
 }
 

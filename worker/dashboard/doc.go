@@ -21,4 +21,11 @@
 // maxTimeMS) and by a page size. Actions are POSTs refused from other
 // origins (net/http's CrossOriginProtection); Config.Token requires a
 // token; Config.ReadOnly hides and refuses every action.
+//
+// Before any of that, every request is guarded: a Host the dashboard does
+// not answer to (DNS rebinding) gets 421, and without a token a peer on
+// another machine gets 403; every reply refuses framing; bodies are cut at
+// Config.MaxBodyBytes and live streams bounded by Config.MaxEventStreams.
+// Serve it with NewServer, whose timeouts bound every read, write and idle
+// connection.
 package dashboard

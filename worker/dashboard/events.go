@@ -115,23 +115,32 @@ func (h *hub) running() bool {
 
 // events serves the "events" stream of a Dashboard's pages.
 type events struct {
-	hub *hub
+	hub  *hub
+	max  int          // streams open at once at most
+	open atomic.Int64 // streams open now
 
 	mu        sync.Mutex
 	shutdowns map[*http.Server]chan struct{} // closed when that server shuts down (a few servers at most)
 }
 
-func newEvents(source changeSource) *events {
-	return &events{hub: newHub(source), shutdowns: map[*http.Server]chan struct{}{}}
+func newEvents(source changeSource, max int) *events {
+	return &events{hub: newHub(source), max: max, shutdowns: map[*http.Server]chan struct{}{}}
 }
 
 // newDashboardEvents is the events of d, from its database.
 func newDashboardEvents(d *Dashboard) *events {
-	return newEvents((&dbSource{d: d, tick: tickInterval}).changes)
+	return newEvents((&dbSource{d: d, tick: tickInterval}).changes, d.cfg.MaxEventStreams)
 }
 
 // serve streams "change" events to one page until it goes away.
 func (e *events) serve(w http.ResponseWriter, r *http.Request) {
+	if e.open.Add(1) > int64(e.max) {
+		e.open.Add(-1)
+		w.Header().Set("Retry-After", "10")
+		http.Error(w, fmt.Sprintf("too many live pages open (%d): this one is not updated live", e.max), http.StatusServiceUnavailable)
+		return
+	}
+	defer e.open.Add(-1)
 	// Subscribed before the stream opens: the page reads itself again on
 	// opening (live.js), and no change after that is missed.
 	changes, leave := e.hub.subscribe()

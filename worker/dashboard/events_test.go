@@ -145,7 +145,7 @@ func (p *page) ended() bool {
 func TestHubCoalescesAndShares(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		src := &fakeSource{}
-		ev := newEvents(src.run)
+		ev := newEvents(src.run, MaxEventStreamsDefault)
 		a := connect(t, ev, newStreamWriter())
 		synctest.Wait()
 		code, header := a.w.status()
@@ -344,24 +344,6 @@ func readEvents(body io.Reader) <-chan sse {
 	return out
 }
 
-// logBuffer collects a dashboard's log.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // openEvents connects to url's events with a request the test can end.
 func openEvents(t *testing.T, client *http.Client, url, token string) (*http.Response, context.CancelFunc) {
 	t.Helper()
@@ -393,7 +375,7 @@ func TestEventsOnTheServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	streams := mschedulertest.HasChangeStreams(ctx, coll)
-	var log logBuffer
+	var log mschedulertest.Buffer
 	d, err := New(coll.Database(), &Config{Collections: []string{coll.Name()}, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -543,7 +525,7 @@ func TestEventsFromChangeStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := &dbSource{d: d, tick: time.Hour} // only the stream can send
-	ev := newEvents(src.changes)
+	ev := newEvents(src.changes, MaxEventStreamsDefault)
 	srv := httptest.NewServer(http.HandlerFunc(ev.serve))
 	defer srv.Close()
 	resp, leave := openEvents(t, srv.Client(), srv.URL, "")

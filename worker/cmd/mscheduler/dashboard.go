@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mscheduler/mscheduler/worker"
@@ -17,6 +20,8 @@ import (
 func runDashboard(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "the `address` to serve on (loopback unless you say otherwise)")
 	readOnly := fs.Bool("read-only", false, "hide and refuse every action")
+	var allowHosts hostList
+	fs.Var(&allowHosts, "allow-host", "a host `name` the dashboard answers to besides the loopback names (repeat for more)")
 	args, err := c.parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -37,6 +42,7 @@ func runDashboard(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) 
 		}
 		defer func() { _ = s.Stop() }()
 		c.uri = s.URI()
+		fmt.Fprintf(c.stderr, "development server at %s: point the command or mongosh at the demo data with %s=%s\n", c.uri, worker.EnvURI, c.uri)
 		go func() {
 			if err := runDemo(ctx, c.uri, c.db); err != nil && ctx.Err() == nil {
 				fmt.Fprintf(c.stderr, "mscheduler: dashboard: demo: %v\n", err)
@@ -46,7 +52,7 @@ func runDashboard(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) 
 	if err := c.connectDB(); err != nil {
 		return err
 	}
-	cfg := &dashboard.Config{ReadOnly: *readOnly}
+	cfg := &dashboard.Config{ReadOnly: *readOnly, AllowedHosts: allowHosts}
 	if c.collection != "" {
 		cfg.Collections = []string{c.collection}
 	}
@@ -58,9 +64,12 @@ func runDashboard(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) 
 	if err != nil {
 		return &opError{msg: fmt.Sprintf("dashboard: listen on %s: %v", *addr, err), err: err}
 	}
-	srv := &http.Server{Handler: d, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(c.stdout, "http://%s/\n", ln.Addr())
+	srv := dashboard.NewServer(d)
+	fmt.Fprintf(c.stdout, "http://%s/\n", browsable(ln.Addr()))
 	fmt.Fprintf(c.stderr, "dashboard of database %q serving on the address above; Ctrl-C stops it.\n", c.db)
+	if !isLoopback(ln.Addr()) && os.Getenv(dashboard.EnvToken) == "" {
+		fmt.Fprintf(c.stderr, "no token ($%s): the dashboard answers this machine only, whatever the address it listens on.\n", dashboard.EnvToken)
+	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {
@@ -74,4 +83,25 @@ func runDashboard(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) 
 		return &opError{msg: fmt.Sprintf("dashboard: %v", err), err: err}
 	}
 	return nil
+}
+
+// hostList is a repeatable flag of host names.
+type hostList []string
+
+func (h *hostList) String() string     { return strings.Join(*h, ",") }
+func (h *hostList) Set(v string) error { *h = append(*h, v); return nil }
+
+// browsable is a listener's address as a browser on this machine reaches
+// it: an unspecified address (0.0.0.0, ::) by the loopback one.
+func browsable(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return a.String()
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(tcp.Port))
+}
+
+func isLoopback(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }

@@ -25,6 +25,8 @@ func TestDashboardDemo(t *testing.T) {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
+	stderr := &mschedulertest.Buffer{}
+	cmd.Stderr = stderr
 	cmd, base := startServing(t, cmd, "http://127.0.0.1:")
 	get := func(path string) string {
 		resp, err := http.Get(base + path)
@@ -51,6 +53,10 @@ func TestDashboardDemo(t *testing.T) {
 			t.Fatalf("the demo did not show its work; overview:\n%.3000s\nworkers:\n%.3000s", overview, workers)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	// The demo's server, for the command and mongosh.
+	if !strings.Contains(stderr.String(), "development server at mongodb://127.0.0.1:") || !strings.Contains(stderr.String(), worker.EnvURI+"=mongodb://") {
+		t.Errorf("the demo did not say where its server is; stderr:\n%s", stderr.String())
 	}
 	if page := get("task?c=reports&key=long-export"); !strings.Contains(page, "a long export") {
 		t.Errorf("the long export's page:\n%.3000s", page)

@@ -72,7 +72,7 @@ func init() {
 		{"stats", "[--json]", "count tasks by status, the oldest waiting, runs and failures of the last hour", runStats},
 		{"workers", "[--json]", "list the worker processes, live and stale", runWorkers},
 		{"migrate", "[--create]", "bring the collection to this build's schema version and create its indexes", runMigrate},
-		{"dashboard", "[--addr A] [--read-only]", "serve the web dashboard (with no server set: the development server with demo tasks)", runDashboard},
+		{"dashboard", "[--addr A] [--read-only] [--allow-host NAME]", "serve the web dashboard (with no server set: the development server with demo tasks)", runDashboard},
 		{"dev", "[--addr A] [--data DIR]", "run the development server for mongosh, Compass and the examples", runDev},
 		{"version", "", "print the version", runVersion},
 	}
