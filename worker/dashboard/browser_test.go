@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/url"
 	"os"
@@ -166,6 +167,32 @@ func TestInBrowser(t *testing.T) {
 		t.Fatalf("lease countdown read %q, then %q; want it to move", first, later)
 	}
 	shot.do(ctx, "7-countdown-moved")
+
+	// A destructive action asks first: declined, nothing is done;
+	// accepted, the task is deleted.
+	exists := func(key string) bool {
+		_, err := f.producer.Get(t.Context(), key)
+		if err != nil && !errors.Is(err, mscheduler.ErrNotFound) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	shot.do(ctx, "8-delete-page", chromedp.Navigate(base+f.taskPath("later-1")), chromedp.WaitVisible(css(`button[value="delete"]`)))
+	read(t, ctx, "stand in for the confirmation", chromedp.Evaluate[bool](
+		`window.asked = []; window.answer = false; window.confirm = function (m) { window.asked.push(m); return window.answer; }; true`))
+	shot.do(ctx, "8-delete-declined", chromedp.Click(css(`button[value="delete"]`)))
+	asked := read(t, ctx, "what the page asked", chromedp.Evaluate[string](`window.asked ? window.asked.join("|") : "nothing: the page was left without asking"`))
+	if !strings.Contains(asked, "Delete later-1?") {
+		t.Fatalf("Delete asked %q, want a confirmation naming later-1", asked)
+	}
+	if !exists("later-1") {
+		t.Fatal("later-1 was deleted though the confirmation was declined")
+	}
+	read(t, ctx, "accept the next confirmation", chromedp.Evaluate[bool](`window.answer = true`))
+	shot.do(ctx, "9-delete-accepted", chromedp.Click(css(`button[value="delete"]`)), chromedp.WaitVisible(css(`#message`)))
+	if exists("later-1") {
+		t.Fatal("later-1 is still there after an accepted delete")
+	}
 }
 
 // quoteJS makes s a JavaScript string literal.

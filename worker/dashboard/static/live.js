@@ -92,8 +92,10 @@
     }
   });
 
+  // A destructive button says what it asks; the form may too.
   document.addEventListener("submit", function (e) {
-    var msg = e.target.getAttribute("data-confirm");
+    var by = e.submitter;
+    var msg = (by && by.getAttribute("data-confirm")) || e.target.getAttribute("data-confirm");
     if (msg && !window.confirm(msg)) e.preventDefault();
   });
   tick();
