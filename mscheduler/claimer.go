@@ -300,9 +300,10 @@ const minGatherCapacity = 8
 
 // gatherWindow is how long a claim waits for more free slots:
 // ClaimBatchWindow, or the server's current round trip if that is longer
-// (about what the next batch of run ends takes to land). On a server that answers slowly, or is busy with the other
-// workers' commands, a claim of a few costs what one of many does, and
-// waiting a part of a round trip for more slots costs less than a claim.
+// (about what the next batch of run ends takes to land). On a server that
+// answers slowly, or is busy with the other workers' commands, a claim of
+// a few costs what one of many does, and waiting a round trip for more
+// slots costs less than a claim.
 func (c *Consumer[P, R]) gatherWindow() time.Duration {
 	return min(max(c.cfg.ClaimBatchWindow, c.limiter.Latency()), maxGatherWindow)
 }

@@ -2,6 +2,7 @@ package mscheduler
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -30,18 +31,11 @@ func done(s Status) bool { return isFinal(s) || s == StatusInvalid }
 // lapsed at now (its worker gone) is not waited for: a sweep records it
 // later, as expired.
 func settled[P any](info *TaskInfo[P], now time.Time) bool {
-	if info.Status == StatusInvalid {
-		return true
-	}
-	if !isFinal(info.Status) {
+	if !done(info.Status) {
 		return false
 	}
-	for _, h := range info.Holders {
-		if h.LeaseUntil.After(now) {
-			return false
-		}
-	}
-	return true
+	going := func(h HolderInfo) bool { return h.LeaseUntil.After(now) }
+	return info.Status == StatusInvalid || !slices.ContainsFunc(info.Holders, going)
 }
 
 // Wait blocks until the task reaches a final status (succeeded, failed,
@@ -49,8 +43,9 @@ func settled[P any](info *TaskInfo[P], now time.Time) bool {
 // as Get does: its last run is [TaskInfo.LastRun], with its result or
 // error. A task cancelled while it ran is returned once its worker has
 // recorded the run (outcome cancelled), or once the run's lease has
-// lapsed if its worker is gone. ctx bounds the wait. It returns [ErrNotFound] if no task has the key (or it
-// is deleted while waited for).
+// lapsed if its worker is gone. ctx bounds the wait. It returns
+// [ErrNotFound] if no task has the key (or it is deleted while waited
+// for).
 func (p *Producer[P]) Wait(ctx context.Context, key string) (*TaskInfo[P], error) {
 	ended := make(chan string, 16)
 	defer local.addWaiter(namespaceOf(p.coll), &localWaiter{ended: ended})()
