@@ -100,7 +100,8 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	}
 	w.metrics = newMetrics(w)
 	if w.cfg.URI == "" {
-		s, err := devserver.Start(ctx, devserver.Options{})
+		w.log.Info("no URI set: starting the development server")
+		s, err := devserver.Start(ctx, devserver.Options{Progress: func(msg string) { w.log.Info(msg) }})
 		if err != nil {
 			return nil, fmt.Errorf("worker: start the development server (or set %s): %w", EnvURI, err)
 		}

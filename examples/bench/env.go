@@ -63,10 +63,10 @@ func openEnv(ctx context.Context, cfg config) (_ *env, err error) {
 		e.uri = os.Getenv(worker.EnvURI)
 	}
 	if e.uri == "" {
-		e.say("starting the development server (the first build takes a minute or two)")
+		e.say("starting the development server")
 		startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		defer cancel()
-		if e.dev, err = devserver.Start(startCtx, devserver.Options{}); err != nil {
+		if e.dev, err = devserver.Start(startCtx, devserver.Options{Progress: func(msg string) { e.say("%s", msg) }}); err != nil {
 			return nil, fmt.Errorf("start the development server (or set %s): %w", worker.EnvURI, err)
 		}
 		e.uri = e.dev.URI()

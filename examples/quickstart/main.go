@@ -173,7 +173,8 @@ func run() error {
 		// The first build of the development server takes minutes; the
 		// quick start's own deadline starts once it is up.
 		startCtx, cancelStart := context.WithTimeout(context.Background(), 15*time.Minute)
-		server, err := devserver.Start(startCtx, devserver.Options{})
+		say("starting the development server (set %s to use another server)", worker.EnvURI)
+		server, err := devserver.Start(startCtx, devserver.Options{Progress: func(msg string) { say("%s", msg) }})
 		cancelStart()
 		if err != nil {
 			return fmt.Errorf("start the development server (or set %s): %w", worker.EnvURI, err)

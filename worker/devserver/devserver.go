@@ -55,6 +55,10 @@ type Options struct {
 	// it stays fast with thousands of documents. Defaults to $MSCHEDULER_DEV_POSTGRESQL_URL;
 	// empty means SQLite.
 	PostgreSQLURL string
+	// Progress, when set, hears what Start is doing while it makes the caller wait, one
+	// sentence per call: when it builds the server (the first Start for a version of its
+	// sources takes a minute or two), and when the build is done.
+	Progress func(msg string)
 }
 
 // EnvPostgreSQLURL names the environment variable that gives Options.PostgreSQLURL its
@@ -91,7 +95,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 
-	bin, err := buildBinary(ctx, filepath.Join(root, filepath.FromSlash(sourceDir)))
+	progress := opts.Progress
+	if progress == nil {
+		progress = func(string) {}
+	}
+	bin, err := buildBinary(ctx, filepath.Join(root, filepath.FromSlash(sourceDir)), progress)
 	if err != nil {
 		return nil, err
 	}
@@ -342,7 +350,7 @@ var buildMu sync.Mutex
 
 // buildBinary returns the path of the server binary for the sources in src, building it
 // if no binary for this exact source version is cached.
-func buildBinary(ctx context.Context, src string) (string, error) {
+func buildBinary(ctx context.Context, src string, progress func(msg string)) (string, error) {
 	hash, err := sourceHash(src)
 	if err != nil {
 		return "", err
@@ -375,9 +383,12 @@ func buildBinary(ctx context.Context, src string) (string, error) {
 	defer os.RemoveAll(tmp)
 
 	out := filepath.Join(tmp, "devserver"+exeSuffix())
+	progress(fmt.Sprintf("building the development server (FerretDB) into %s: the first time for this version of it, which takes a minute or two...", dir))
+	began := time.Now()
 	if err := goBuild(ctx, src, out); err != nil {
 		return "", err
 	}
+	progress(fmt.Sprintf("built the development server in %s", time.Since(began).Round(time.Second)))
 
 	if err := os.Rename(out, bin); err != nil {
 		return "", fmt.Errorf("devserver: binary cache: %w", err)

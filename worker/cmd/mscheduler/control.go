@@ -30,7 +30,7 @@ func (c *cli) onKey(ctx context.Context, fs *flag.FlagSet, args []string, verb, 
 	if err := wantArgs(verb, args, "KEY"); err != nil {
 		return err
 	}
-	if err := c.connect(); err != nil {
+	if err := c.open(ctx); err != nil {
 		return err
 	}
 	key := args[0]
@@ -55,7 +55,7 @@ func runSkip(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error
 		return usageErrorf("skip: N must be a whole number, got %q", args[1])
 	}
 	// The range of N is the library's to check: it names what it refuses.
-	if err := c.connect(); err != nil {
+	if err := c.open(ctx); err != nil {
 		return err
 	}
 	if err := c.producer.SkipNext(ctx, key, n); err != nil {

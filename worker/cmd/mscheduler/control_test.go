@@ -61,7 +61,7 @@ func TestSkip(t *testing.T) {
 	f.run("skip", "welcome-1", "1").wantError(t, exitError, `skip "welcome-1": task "welcome-1" has no plan`)
 	f.run("skip", "nope", "1").wantError(t, exitError, `skip "nope": task not found`)
 	// "--" lets a negative number through to the library, which refuses it.
-	f.run("skip", "report-hourly", "--", "-1").wantError(t, exitError, "invalid n")
+	f.run("skip", "report-hourly", "--", "-1").wantError(t, exitUsage, `skip "report-hourly": N: must be from 0`)
 	if !slices.Equal(f.get("welcome-1").Task.Tags, []string{"mail", "welcome"}) {
 		t.Error("skip touched another task")
 	}

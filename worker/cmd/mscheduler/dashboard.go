@@ -33,9 +33,9 @@ func runDashboard(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) 
 	if c.uri == "" {
 		// No server named: show a populated, live page on the
 		// development server.
-		fmt.Fprintf(c.stderr, "no server set ($%s or --uri): starting the development server with demo tasks and a demo worker (the first build takes a minute or two)...\n", worker.EnvURI)
+		fmt.Fprintf(c.stderr, "no server set ($%s or --uri): starting the development server with demo tasks and a demo worker...\n", worker.EnvURI)
 		startCtx, cancel := context.WithTimeout(ctx, devStartTimeout)
-		s, err := devserver.Start(startCtx, devserver.Options{Stderr: c.stderr})
+		s, err := devserver.Start(startCtx, devserver.Options{Stderr: c.stderr, Progress: func(msg string) { fmt.Fprintln(c.stderr, msg) }})
 		cancel()
 		if err != nil {
 			return &opError{msg: fmt.Sprintf("dashboard: %v", err), err: err}

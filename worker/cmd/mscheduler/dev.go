@@ -23,9 +23,9 @@ func runDev(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error 
 	if err := wantArgs("dev", args); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.stderr, "starting the development server (the first build takes a minute or two)...\n")
+	fmt.Fprintf(c.stderr, "starting the development server...\n")
 	startCtx, cancel := context.WithTimeout(ctx, devStartTimeout)
-	s, err := devserver.Start(startCtx, devserver.Options{Addr: *addr, Dir: *dir, Stderr: c.stderr})
+	s, err := devserver.Start(startCtx, devserver.Options{Addr: *addr, Dir: *dir, Stderr: c.stderr, Progress: func(msg string) { fmt.Fprintln(c.stderr, msg) }})
 	cancel()
 	if err != nil {
 		return &opError{msg: fmt.Sprintf("dev: %v", err), err: err}

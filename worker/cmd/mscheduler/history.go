@@ -4,16 +4,23 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"text/tabwriter"
 	"time"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
 )
 
+// outcomes are the outcomes a run record may have, for --outcome.
+var outcomes = []mscheduler.Outcome{
+	mscheduler.OutcomeSucceeded, mscheduler.OutcomeFailed, mscheduler.OutcomeExpired, mscheduler.OutcomeReleased,
+	mscheduler.OutcomeRevoked, mscheduler.OutcomeCancelled, mscheduler.OutcomeUnknown,
+}
+
 func runHistory(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error {
 	var f mscheduler.RunFilter
 	var outcome string
-	fs.StringVar(&outcome, "outcome", "", "only runs with this `outcome` (succeeded, failed, expired, released, revoked, cancelled)")
+	fs.StringVar(&outcome, "outcome", "", "only runs with this `outcome` ("+joinNames(outcomes)+")")
 	fs.StringVar(&f.WorkerID, "worker", "", "only runs of this worker `id`")
 	fs.Var(timeFlag{&f.Since}, "since", "only runs that finished at or after this `time`, RFC 3339")
 	fs.Var(timeFlag{&f.Until}, "until", "only runs that finished before this `time`, RFC 3339")
@@ -35,15 +42,15 @@ func runHistory(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 		return usageErrorf("history: --limit must be from 1 to %d, got %d", mscheduler.RunsLimitMax, f.Limit)
 	}
 	f.Outcome = mscheduler.Outcome(outcome)
-	if err := c.connect(); err != nil {
-		return err
+	if outcome != "" && !slices.Contains(outcomes, f.Outcome) {
+		return usageErrorf("history: unknown --outcome %q: want one of %s", outcome, joinNames(outcomes))
 	}
-	if err := c.mustExist(ctx); err != nil {
+	if err := c.open(ctx); err != nil {
 		return err
 	}
 	page, err := c.producer.Runs(ctx, f)
 	if err != nil {
-		return libraryError(err)
+		return libraryError("history", err)
 	}
 	if *asJSON {
 		// historyJSON is a run of the history, with the problem of a

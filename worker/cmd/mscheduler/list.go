@@ -62,15 +62,12 @@ func runList(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error
 		}
 		opts.Statuses = append(opts.Statuses, mscheduler.Status(s))
 	}
-	if err := c.connect(); err != nil {
-		return err
-	}
-	if err := c.mustExist(ctx); err != nil {
+	if err := c.open(ctx); err != nil {
 		return err
 	}
 	tasks, err := c.producer.List(ctx, opts)
 	if err != nil {
-		return libraryError(err)
+		return libraryError("list", err)
 	}
 	cut := len(tasks) > *limit
 	if cut {
@@ -82,7 +79,7 @@ func runList(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error
 		}
 		return printListJSON(c, tasks)
 	}
-	return printTable(c, tasks, cut)
+	return printTable(c, tasks, cut, sort)
 }
 
 // listSorts are the orders of --sort.
@@ -98,16 +95,27 @@ func printListJSON(c *cli, tasks []info) error {
 	return writeJSON(c, out)
 }
 
-func printTable(c *cli, tasks []info, cut bool) error {
+// printTable prints tasks as a table, in the order sort gave them; sorted
+// by priority, with a column for it.
+func printTable(c *cli, tasks []info, cut bool, sort mscheduler.ListSort) error {
 	w := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "KEY\tSTATUS\tRUNNING\tSUCCEEDED\tFAILED\tNEXT RUN\tTAGS\tDESCRIPTION")
+	byPriority := sort == mscheduler.SortByPriority
+	head := "KEY\tSTATUS\tRUNNING\tSUCCEEDED\tFAILED\tNEXT RUN\tTAGS\tDESCRIPTION"
+	if byPriority {
+		head = "KEY\tPRIORITY\t" + strings.TrimPrefix(head, "KEY\t")
+	}
+	fmt.Fprintln(w, head)
 	for i := range tasks {
 		ti := &tasks[i]
 		t := &ti.Task
+		fmt.Fprint(w, cell(t.Key), "\t")
+		if byPriority {
+			fmt.Fprint(w, t.Priority, "\t")
+		}
 		// Successes and failures are shown against what completes and
 		// what fails the task: 1/2 needs one more success.
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d/%d\t%d/%d\t%s\t%s\t%s\n",
-			cell(t.Key), statusText(ti), ti.Running, ti.Succeeded, t.Concurrency, ti.FailedRuns, t.MaxFailedRuns,
+		fmt.Fprintf(w, "%s\t%d\t%d/%d\t%d/%d\t%s\t%s\t%s\n",
+			statusText(ti), ti.Running, ti.Succeeded, t.Concurrency, ti.FailedRuns, t.MaxFailedRuns,
 			nextRunText(ti), cell(strings.Join(t.Tags, ",")), truncate(cell(t.Description), descriptionWidth))
 	}
 	if err := w.Flush(); err != nil {
@@ -143,9 +151,14 @@ func writeJSON(c *cli, v any) error {
 }
 
 func joinStatuses() string {
-	names := make([]string, len(statuses))
-	for i, s := range statuses {
-		names[i] = string(s)
+	return joinNames(statuses) + ", paused"
+}
+
+// joinNames lists names for a message: "a, b, c".
+func joinNames[S ~string](names []S) string {
+	out := make([]string, len(names))
+	for i, s := range names {
+		out[i] = string(s)
 	}
-	return strings.Join(append(names, "paused"), ", ")
+	return strings.Join(out, ", ")
 }

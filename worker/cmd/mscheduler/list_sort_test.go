@@ -54,7 +54,12 @@ func TestListSortGroupAndRunAt(t *testing.T) {
 		{[]string{"--from", from, "--sort", "run_at", "--after", "c-mid"}, []string{"a-late"}, "1 task"},
 	}
 	for _, tc := range cases {
-		_, rows, summary := table(t, f.run(append([]string{"list"}, tc.args...)...).wantOK(t).stdout)
+		header, rows, summary := table(t, f.run(append([]string{"list"}, tc.args...)...).wantOK(t).stdout)
+		if byPriority := slices.Contains(tc.args, "priority"); slices.Contains(header, "PRIORITY") != byPriority {
+			t.Errorf("list %q: header %q; want a PRIORITY column exactly when sorted by priority", tc.args, header)
+		} else if byPriority && len(rows) > 0 && rows[0][1] != "5" {
+			t.Errorf("list %q: first row %q; want c-mid's priority 5 in the PRIORITY column", tc.args, rows[0])
+		}
 		if got := keys(rows); !slices.Equal(got, tc.keys) || summary != tc.summary {
 			t.Errorf("list %q: keys %q, summary %q; want %q, %q", tc.args, got, summary, tc.keys, tc.summary)
 		}

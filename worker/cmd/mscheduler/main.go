@@ -67,11 +67,12 @@ func init() {
 		{"retry", "KEY", "make a failed, cancelled or invalid task run again now", runRetry},
 		{"run-now", "KEY", "make a pending task (or a plan's current planned time) due now", runRunNow},
 		{"delete", "KEY [--force]", "delete a task (--force: even with runs going, cancelling them)", runDelete},
-		{"history", "[KEY] [--outcome O] [--worker W] [--since T] [--limit N] [--after C] [--json]", "list finished runs, newest first", runHistory},
+		{"history", "[KEY] [--outcome O] [--worker W] [--since T] [--until T] [--limit N] [--after C] [--json]", "list finished runs, newest first", runHistory},
 		{"wait", "KEY [--timeout D] [--json]", "wait until a task ends; exit 1 unless it succeeded", runWait},
 		{"stats", "[--json]", "count tasks by status, the oldest waiting, runs and failures of the last hour", runStats},
 		{"workers", "[--json]", "list the worker processes, live and stale", runWorkers},
 		{"migrate", "[--create]", "bring the collection to this build's schema version and create its indexes", runMigrate},
+		{"work", "--exec CMD [--capacity N] [--worker-id ID] [--groups G,...] [--quiet]", "serve the collection from here: each run executes a shell command", runWork},
 		{"dashboard", "[--addr A] [--read-only] [--allow-host NAME]", "serve the web dashboard (with no server set: the development server with demo tasks)", runDashboard},
 		{"dev", "[--addr A] [--data DIR]", "run the development server for mongosh, Compass and the examples", runDev},
 		{"version", "", "print the version", runVersion},
@@ -139,7 +140,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mscheduler: %s\n", oneLine(usage.Error()))
 		return exitUsage
 	default:
-		fmt.Fprintf(stderr, "mscheduler: %s\n", oneLine(err.Error()))
+		msg, ok := c.unreachable(err)
+		if !ok {
+			msg = err.Error()
+		}
+		fmt.Fprintf(stderr, "mscheduler: %s\n", oneLine(msg))
 		return exitError
 	}
 }
@@ -161,6 +166,9 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	}
 	name, rest := rest[0], rest[1:]
 	if name == "help" {
+		if len(rest) == 1 && rest[0] != "help" {
+			return c.dispatch(ctx, []string{rest[0], "-h"}) // "help publish" is "publish -h"
+		}
 		c.printUsage()
 		return errHelpShown
 	}
@@ -190,15 +198,24 @@ func (c *cli) connect() error {
 	return err
 }
 
-// mustExist refuses a collection that does not exist: a mistyped -c would
-// otherwise list nothing, silently.
+// open connects and refuses a collection that does not exist: a mistyped
+// -c would otherwise list nothing, say "not found" of every task, or be
+// created by a publish (with its .meta collection), silently.
+func (c *cli) open(ctx context.Context) error {
+	if err := c.connect(); err != nil {
+		return err
+	}
+	return c.mustExist(ctx)
+}
+
+// mustExist refuses a collection that does not exist (see open).
 func (c *cli) mustExist(ctx context.Context) error {
 	names, err := c.client.Database(c.db).ListCollectionNames(ctx, bson.D{{Key: "name", Value: c.collection}})
 	if err != nil {
 		return &opError{msg: fmt.Sprintf("reach the server: %v", err), err: err}
 	}
 	if len(names) == 0 {
-		return &opError{msg: fmt.Sprintf("collection %q does not exist in database %q (check -c and --db)", c.collection, c.db)}
+		return &opError{msg: fmt.Sprintf("collection %q does not exist in database %q (check -c and --db; publish --create or migrate --create makes a new one)", c.collection, c.db)}
 	}
 	return nil
 }

@@ -39,7 +39,7 @@ func runMigrate(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 		return err
 	}
 	if err := mscheduler.EnsureIndexes(ctx, coll); err != nil {
-		return libraryError(err)
+		return libraryError("migrate", err)
 	}
 	switch before {
 	case mscheduler.SchemaVersion:

@@ -51,10 +51,14 @@ func TestPublish(t *testing.T) {
 	}{
 		{[]string{"publish", "x", "--params", "{not json"}, exitUsage, "--params must be JSON"},
 		{[]string{"publish", "x", "--plan", "hourly"}, exitUsage, "--plan must start with"},
-		{[]string{"publish", "x", "--plan", "every 5m", "--missed", "never"}, exitError, "invalid Plan.Missed"},
+		{[]string{"publish", "x", "--plan", "every 5m", "--missed", "never"}, exitUsage, `publish "x": --missed: `},
+		{[]string{"publish", "x", "--plan", "every 5m", "--zone", "Mars/Base"}, exitUsage, `publish "x": --zone: unknown time zone`},
+		{[]string{"publish", "x", "--plan", "cron 'x y'"}, exitUsage, `publish "x": --plan: must have 5 or 6 fields`},
+		{[]string{"publish", "x", "--max-retries", "-4"}, exitUsage, `--max-retries: must be -1 (no retries) or more`},
+		{[]string{"publish", "x", "--in", "-5m"}, exitUsage, "--in must not be negative"},
 		{[]string{"publish", "x", "--zone", "UTC"}, exitUsage, "need --plan"},
 		{[]string{"publish", "x", "--ping-interval", "5"}, exitUsage, "with a unit"},
-		{[]string{"publish", "x", "--concurrency", "-2"}, exitError, "invalid Concurrency"},
+		{[]string{"publish", "x", "--concurrency", "-2"}, exitUsage, `publish "x": --concurrency: must be at least 1`},
 		{[]string{"publish", "x", "--run-at", "tomorrow"}, exitUsage, "RFC 3339"},
 		{[]string{"publish"}, exitUsage, "publish: want KEY"},
 	} {
@@ -207,13 +211,30 @@ func TestRoughEdges(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.run("list", "extra").wantError(t, exitUsage, "list takes no arguments, got 1 (extra)")
-	f.run("skip", "report-hourly", "-1").wantError(t, exitError, "invalid n")
+	f.run("skip", "report-hourly", "-1").wantError(t, exitUsage, `skip "report-hourly": N: must be from 0`)
 	f.run("update", "welcome-1", "--timeout", "5").wantError(t, exitUsage, "with a unit, like 500ms, 5s or 2m")
 	f.run("update", "welcome-1", "--priority", "-5").wantOK(t)
 	if p := f.get("welcome-1").Task.Priority; p != -5 {
 		t.Errorf("priority %d after --priority -5", p)
 	}
-	runCommand(t, serverEnv(), "--db", mschedulertest.Database, "-c", f.coll.Name()+"-typo", "list").wantError(t, exitError, "does not exist")
+	misspelt := f.coll.Name() + "-typo"
+	for _, args := range [][]string{{"list"}, {"publish", "typo-1"}, {"show", "welcome-1"}, {"cancel", "welcome-1"}, {"wait", "welcome-1"}} {
+		runCommand(t, serverEnv(), append([]string{"--db", mschedulertest.Database, "-c", misspelt}, args...)...).wantError(t, exitError, "does not exist", "publish --create")
+	}
+	if names, err := mschedulertest.Client().Database(mschedulertest.Database).ListCollectionNames(context.Background(),
+		bson.D{{Key: "name", Value: bson.D{{Key: "$in", Value: []string{misspelt, misspelt + ".meta"}}}}}); err != nil || len(names) > 0 {
+		t.Errorf("commands on a misspelt collection created %q (%v)", names, err)
+	}
+	fresh := f.coll.Name() + "-fresh"
+	t.Cleanup(func() {
+		for _, name := range []string{fresh, fresh + ".meta", fresh + ".runs"} {
+			_ = mschedulertest.Client().Database(mschedulertest.Database).Collection(name).Drop(context.Background())
+		}
+	})
+	runCommand(t, serverEnv(), "--db", mschedulertest.Database, "-c", fresh, "publish", "--create", "first").wantOK(t)
+	runCommand(t, serverEnv(), "--db", mschedulertest.Database, "-c", fresh, "show", "first").wantOK(t)
+	f.run("history", "--outcome", "weird").wantError(t, exitUsage, `unknown --outcome "weird": want one of succeeded`)
+	f.run("history", "--after", "zzz").wantError(t, exitUsage, "history: --after: is not a cursor this command printed")
 	typo := f.coll.Name() + "-new"
 	runCommand(t, serverEnv(), "--db", mschedulertest.Database, "-c", typo, "migrate").wantError(t, exitError, "does not exist")
 	r := runCommand(t, serverEnv(), "--db", mschedulertest.Database, "-c", typo, "migrate", "--create").wantOK(t)

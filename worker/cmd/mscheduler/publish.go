@@ -17,7 +17,7 @@ type publishFlags struct {
 	runAt, start, end                                               time.Time
 	in, pingInterval, workerTimeout, retryDelay, timeout, grace     time.Duration
 	priority, concurrency, maxRetries, maxFailedRuns, repeat        int
-	distinct, updateParams, moveRunAt, resetFinished                bool
+	distinct, updateParams, moveRunAt, resetFinished, create        bool
 	workerIDs, tags                                                 listFlag
 }
 
@@ -50,6 +50,7 @@ func (f *publishFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.updateParams, "update-params", false, "if the key exists, replace its params")
 	fs.BoolVar(&f.moveRunAt, "move-run-at", false, "if the key exists, move its run_at")
 	fs.BoolVar(&f.resetFinished, "reset-finished", false, "if the key exists and is finished, make it pending again")
+	fs.BoolVar(&f.create, "create", false, "create the collection if it does not exist (without it, a mistyped -c is an error)")
 }
 
 // task builds the task; its values are checked by the library, which
@@ -61,6 +62,9 @@ func (f *publishFlags) task(key string) (mscheduler.Task[bson.RawValue], error) 
 		MaxRetries: f.maxRetries, RetryDelay: f.retryDelay, MaxFailedRuns: f.maxFailedRuns, Timeout: f.timeout,
 		Description: f.description, Source: f.source, Tags: f.tags,
 		Params: bson.RawValue{Type: bson.TypeNull},
+	}
+	if f.in < 0 {
+		return t, usageErrorf("publish: --in must not be negative, got %s (give --run-at for a time in the past)", f.in)
 	}
 	if f.in != 0 {
 		if !f.runAt.IsZero() {
@@ -110,6 +114,11 @@ func runPublish(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 	}
 	if err := c.connect(); err != nil {
 		return err
+	}
+	if !f.create {
+		if err := c.mustExist(ctx); err != nil {
+			return err
+		}
 	}
 	opts := &mscheduler.PublishOpts{UpdateParams: f.updateParams, MoveRunAt: f.moveRunAt, ResetFinished: f.resetFinished}
 	res, err := c.producer.Publish(ctx, task, opts)

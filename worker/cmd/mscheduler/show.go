@@ -32,7 +32,7 @@ func runShow(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error
 	if err := wantArgs("show", args, "KEY"); err != nil {
 		return err
 	}
-	if err := c.connect(); err != nil {
+	if err := c.open(ctx); err != nil {
 		return err
 	}
 	key := args[0]

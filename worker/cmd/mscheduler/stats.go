@@ -17,15 +17,12 @@ func runStats(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) erro
 	if err := wantArgs("stats", args); err != nil {
 		return err
 	}
-	if err := c.connect(); err != nil {
-		return err
-	}
-	if err := c.mustExist(ctx); err != nil {
+	if err := c.open(ctx); err != nil {
 		return err
 	}
 	s, err := c.producer.Stats(ctx)
 	if err != nil {
-		return libraryError(err)
+		return libraryError("stats", err)
 	}
 	var oldestAge time.Duration
 	if !s.OldestDue.IsZero() {

@@ -22,7 +22,7 @@ func runUpdate(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) err
 	if collect() == 0 {
 		return usageErrorf("update: nothing to change; run \"mscheduler update -h\" for the flags")
 	}
-	if err := c.connect(); err != nil {
+	if err := c.open(ctx); err != nil {
 		return err
 	}
 	key := args[0]

@@ -36,8 +36,8 @@ func TestUpdate(t *testing.T) {
 	}
 }
 
-// An invalid value is refused by the library, naming the field, and the
-// document is left as it was.
+// An invalid value is refused by the library, as a usage error naming the
+// flag that gave it, and the document is left as it was.
 func TestUpdateInvalid(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -46,15 +46,15 @@ func TestUpdateInvalid(t *testing.T) {
 		args  []string
 		field string
 	}{
-		{[]string{"--concurrency", "0"}, "invalid Concurrency"},
-		{[]string{"--ping-interval", "1m"}, "invalid PingInterval"},
-		{[]string{"--max-failed-runs", "0", "--description", "not written"}, "invalid MaxFailedRuns"},
-		{[]string{"--tags", "a,,b"}, "invalid Tags[1]"},
-		{[]string{"--worker-ids", "node.a"}, "invalid WorkerIDs[0]"},
+		{[]string{"--concurrency", "0"}, "--concurrency: must be at least 1"},
+		{[]string{"--ping-interval", "1m"}, "--ping-interval: must be shorter than --worker-timeout"},
+		{[]string{"--max-failed-runs", "0", "--description", "not written"}, "--max-failed-runs: "},
+		{[]string{"--tags", "a,,b"}, "--tags value 2: "},
+		{[]string{"--worker-ids", "node.a"}, "--worker-ids value 1: "},
 	}
 	for _, tc := range cases {
 		r := f.run(append([]string{"update", "welcome-1"}, tc.args...)...)
-		r.wantError(t, exitError, `update "welcome-1": `+tc.field)
+		r.wantError(t, exitUsage, `update "welcome-1": `+tc.field)
 	}
 	if after := mschedulertest.Doc(t, f.coll, "welcome-1"); !reflect.DeepEqual(after, before) {
 		t.Errorf("document changed by refused updates:\n%v\nwas\n%v", after, before)

@@ -24,7 +24,7 @@ func runWait(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error
 	if err := wantArgs("wait", args, "KEY"); err != nil {
 		return err
 	}
-	if err := c.connect(); err != nil {
+	if err := c.open(ctx); err != nil {
 		return err
 	}
 	if timeout > 0 {

@@ -24,7 +24,7 @@ func runWorkers(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 	}
 	ws, err := mscheduler.ListWorkers(ctx, c.client.Database(c.db))
 	if err != nil {
-		return libraryError(err)
+		return libraryError("workers", err)
 	}
 	if *asJSON {
 		type workerJSON struct {
