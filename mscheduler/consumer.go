@@ -108,6 +108,8 @@ const RunsBudgetBytes = 7 << 20
 const runRecordBytes = 1 << 10
 
 // ConsumerConfig configures a [Consumer]. The zero value is ready to use.
+// Most programs set only the first few fields: who the worker is, how many
+// handlers run at once, their deadline, and where logs and events go.
 type ConsumerConfig struct {
 	// WorkerID names this worker in the task documents. It must not contain
 	// '.' or start with '$'. Defaults to [DefaultWorkerID].
@@ -118,6 +120,25 @@ type ConsumerConfig struct {
 	// Capacity is the most handlers that run at once; the consumer never
 	// claims more runs than it has free slots. Defaults to [CapacityDefault].
 	Capacity int
+	// Timeout is the deadline of each handler attempt of tasks that set no
+	// Timeout of their own. Defaults to [TimeoutDefault].
+	Timeout time.Duration
+	// Logger receives structured logs with the task key, run id and worker
+	// id: a failed run at Warn, a released, revoked or cancelled one at
+	// Info, a successful one at Debug (OnEvent or the metrics count them).
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+	// OnEvent, if set, is called for every [Event], from the goroutine where
+	// it happens. It must not block.
+	OnEvent func(Event)
+	// Middleware wraps every handler attempt; the first is the outermost.
+	// Defaults to none.
+	Middleware []Middleware
+
+	// The fields below tune discovery, claims, batches, leases, writes and
+	// maintenance for load and for the server; their defaults suit most
+	// deployments (see the README's "Consumers" and "Guarantees").
+
 	// Discovery defaults to [DiscoveryAuto].
 	Discovery Discovery
 	// PollInterval is how often the consumer looks for claimable tasks when
@@ -200,9 +221,6 @@ type ConsumerConfig struct {
 	// them to return before it releases their runs anyway and abandons them.
 	// Defaults to [ReleaseTimeoutDefault].
 	ReleaseTimeout time.Duration
-	// Timeout is the deadline of each handler attempt of tasks that set no
-	// Timeout of their own. Defaults to [TimeoutDefault].
-	Timeout time.Duration
 	// TimeoutGrace is how long a handler may ignore its cancelled context
 	// (a deadline, a lost lease) before the run gives up on it: the run is
 	// failed at once, freeing its slot, and the goroutine is abandoned.
@@ -245,15 +263,6 @@ type ConsumerConfig struct {
 	// acknowledged with w:1 can be rolled back by a failover, and the run
 	// would then execute again.
 	WriteConcern *writeconcern.WriteConcern
-	// Logger receives structured logs with the task key, run id and worker
-	// id. Defaults to slog.Default().
-	Logger *slog.Logger
-	// Middleware wraps every handler attempt; the first is the outermost.
-	// Defaults to none.
-	Middleware []Middleware
-	// OnEvent, if set, is called for every [Event], from the goroutine where
-	// it happens. It must not block.
-	OnEvent func(Event)
 	// Clock is the local wall clock. Lease and schedule decisions do not
 	// read it: they use the server's time, measured every
 	// ClockSyncInterval and carried forward by Monotonic. The wall clock

@@ -73,3 +73,47 @@ func Example() {
 	// greet-ada succeeded on example-worker
 	// succeeded hello, Ada
 }
+
+type receipt struct {
+	To    string `bson:"to"`
+	Bytes int    `bson:"bytes"`
+}
+
+// Wait for a task, then read its handler's result as the handler's type.
+func ExampleResultAs() {
+	ctx := context.Background()
+	coll := mschedulertest.Client().Database(mschedulertest.Database).Collection("example_receipts")
+	defer coll.Drop(ctx)
+	if err := mscheduler.EnsureIndexes(ctx, coll); err != nil {
+		panic(err)
+	}
+	producer, err := mscheduler.NewProducer[greeting](coll, nil)
+	if err != nil {
+		panic(err)
+	}
+	consumer, err := mscheduler.NewConsumer(coll,
+		func(ctx context.Context, task *mscheduler.Task[greeting]) (receipt, error) {
+			return receipt{To: task.Params.Name, Bytes: 7 + len(task.Params.Name)}, nil
+		},
+		&mscheduler.ConsumerConfig{WorkerID: "example-worker", PollInterval: 50 * time.Millisecond, Logger: quietLog})
+	if err != nil {
+		panic(err)
+	}
+	if err := consumer.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer consumer.Stop(ctx)
+	if _, err := producer.Publish(ctx, mscheduler.Task[greeting]{Key: "mail-ada", Params: greeting{Name: "Ada"}}, nil); err != nil {
+		panic(err)
+	}
+
+	done, err := producer.Wait(ctx, "mail-ada")
+	if err != nil {
+		panic(err)
+	}
+	last, _ := done.LastRun()
+	r, err := mscheduler.ResultAs[receipt](last)
+	fmt.Println(done.Status, r.To, r.Bytes, err)
+	// Output:
+	// succeeded Ada 10 <nil>
+}

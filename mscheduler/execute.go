@@ -234,9 +234,14 @@ func (c *Consumer[P, R]) reportEnd(r *lease.Run, end *runend.End, ev Event) {
 	if end.Record.Error != "" {
 		ev.Err = errors.New(end.Record.Error)
 	}
-	if end.Record.Outcome == OutcomeFailed {
+	// A success is the ordinary case, logged at Debug: at Info, a busy
+	// worker's log would be little else. The other ends are news.
+	switch end.Record.Outcome {
+	case OutcomeFailed:
 		c.log.Warn("run failed", "key", r.Key, "run_id", r.RunID, "attempts", end.Record.Attempts, "error", end.Record.Error)
-	} else {
+	case OutcomeSucceeded:
+		c.log.Debug("run succeeded", "key", r.Key, "run_id", r.RunID, "attempts", end.Record.Attempts)
+	default:
 		c.log.Info("run "+string(end.Record.Outcome), "key", r.Key, "run_id", r.RunID, "attempts", end.Record.Attempts)
 	}
 	c.emit(ev)

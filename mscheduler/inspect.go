@@ -50,6 +50,26 @@ func (t *TaskInfo[P]) LastRun() (RunInfo, bool) {
 	return t.Runs[len(t.Runs)-1], true
 }
 
+// ResultAs decodes the result a run stored into R, the handler's result
+// type: the typed side of [RunInfo.Result], as in
+//
+//	done, err := producer.Wait(ctx, key)
+//	last, ok := done.LastRun()
+//	receipt, err := mscheduler.ResultAs[Receipt](last)
+//
+// A run that stored no result (it failed, was cancelled, or its handler's
+// R encodes to nothing) is an error naming the run and its outcome.
+func ResultAs[R any](run RunInfo) (R, error) {
+	var out R
+	if run.Result.Type == 0 {
+		return out, fmt.Errorf("mscheduler: run %s (%s) stored no result", run.RunID, run.Outcome)
+	}
+	if err := run.Result.Unmarshal(&out); err != nil {
+		return out, fmt.Errorf("mscheduler: run %s: result as %T: %w", run.RunID, out, err)
+	}
+	return out, nil
+}
+
 // HolderInfo is a run going on: who holds it and until when.
 type HolderInfo struct {
 	WorkerID, RunID string
