@@ -40,6 +40,18 @@ const (
 	maxClaimSpread = 8
 )
 
+// shortestLease is the shortest lease that claims of the candidates take
+// before their first pings.
+func shortestLease(cands []claimchoice.Candidate) time.Duration {
+	out := claimLease
+	for _, cd := range cands {
+		if cd.WorkerTimeoutMS > 0 {
+			out = min(out, fromMS(cd.WorkerTimeoutMS))
+		}
+	}
+	return out
+}
+
 // claimed is a run won by a claim: the task as claimed, and the run's id.
 type claimed struct {
 	raw   bson.Raw
@@ -82,7 +94,7 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 		models[i] = mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(c.claimUpdate(st, runIDs[i], now))
 	}
 	// As for a single claim, a stop does not interrupt the write.
-	wctx, cancel := c.writeCtx()
+	wctx, cancel := c.claimCtx(shortestLease(chosen))
 	defer cancel()
 	sent := time.Now()
 	res, werr := c.coll.BulkWrite(wctx, models, options.BulkWrite().SetOrdered(false))

@@ -17,6 +17,7 @@ import (
 	"github.com/mscheduler/mscheduler/mscheduler/internal/claimchoice"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/retry"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/upkeep"
 )
@@ -240,6 +241,15 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 	}
 }
 
+// claimCtx bounds a claim: its write, and the read of what it won. It is
+// worth waiting for while the leases it takes would leave half their time
+// to run, and for WriteTimeout at least. A claim given up on sooner, on a
+// server that answers in seconds, is a claim redone: the runs it won are
+// found at the next pass and released unrun, their tasks claimed again.
+func (c *Consumer[P, R]) claimCtx(lease time.Duration) (context.Context, context.CancelFunc) {
+	return retry.Bounded(context.Background(), max(c.cfg.WriteTimeout, lease/2), errWriteTimeout)
+}
+
 // minBatchClaim is the fewest free slots a batch claim fills: it costs
 // three commands, against one findAndModify per slot.
 const minBatchClaim = 4
@@ -371,7 +381,7 @@ func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (bson.Raw
 	// A claim the server applied must reach its run, so a stop does not
 	// interrupt the command (the loop checks ctx before each claim): a claim
 	// lost on the way back would hold its slot until the lease lapsed.
-	wctx, cancel := c.writeCtx()
+	wctx, cancel := c.claimCtx(st.leases.shortest())
 	defer cancel()
 	sent := time.Now()
 	raw, err := c.caps.FindOneAndUpdate(wctx, c.coll, filter, update, opts, bson.D{{Key: fRuns, Value: 0}}).Raw()

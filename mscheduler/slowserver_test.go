@@ -377,3 +377,29 @@ func TestOneRunEndBacksOff(t *testing.T) {
 		t.Errorf("pauses %v then %v: want them growing", first, last)
 	}
 }
+
+// TestClaimSlowerThanWriteTimeoutIsKept: every command takes 1.5 s, longer
+// than the worker's 1 s WriteTimeout but far within the 30 s leases its
+// claims take. A claim is waited for, not given up on and redone: every
+// task runs once, no claim fails, and no run is released unrun.
+func TestClaimSlowerThanWriteTimeoutIsKept(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	keys := publishLeased(t, coll, 8, "slow", 5*time.Second, 30*time.Second, 1)
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("slow", ev)
+	cfg.Capacity = 8
+	cfg.WriteTimeout = time.Second
+	cfg.Logger = logOnFailure(t)
+	startConsumer(t, dbCollection(slowClient(t, mschedulertest.FixedDelay(1500*time.Millisecond)), coll),
+		func(context.Context, *mscheduler.Task[int]) (int, error) { return 1, nil }, cfg)
+
+	ev.WaitCountWithin(t, 2*time.Minute, mscheduler.EventSucceeded, len(keys))
+	for _, key := range keys {
+		if st := readTask(t, coll, key); st.Status != "succeeded" || len(st.Runs) != 1 {
+			t.Errorf("%s: %+v; want one run, succeeded", key, st)
+		}
+	}
+	if n, errs := ev.Count(mscheduler.EventReleased), ev.Count(mscheduler.EventError); n+errs != 0 {
+		t.Errorf("%d runs released unrun and %d errors (claims given up on)", n, errs)
+	}
+}
