@@ -83,8 +83,12 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// Dashboard, when set with HTTPAddr, also serves the web dashboard
 	// (package worker/dashboard) of the worker's database under
-	// /dashboard/ on that listener, with its actions unless it is
-	// ReadOnly. Defaults to nil: no dashboard.
+	// /dashboard/ on that listener. It is read-only, and answers this
+	// machine alone, unless it has a Token (or MSCHEDULER_DASHBOARD_TOKEN
+	// is set): a metrics listener is often open to the network, and acting
+	// takes credentials even on loopback. With a token it acts unless it
+	// is ReadOnly, and a browser logs in by /dashboard/?token=<token>.
+	// Defaults to nil: no dashboard.
 	Dashboard *dashboard.Config
 	// DevServer, when URI is empty (after its default), makes New start the
 	// development server (package worker/devserver, built from a checkout of

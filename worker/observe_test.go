@@ -196,11 +196,12 @@ func TestMetricsAndHealth(t *testing.T) {
 }
 
 // TestDashboardOnTheListener: with Config.Dashboard, the worker's listener
-// serves the dashboard under /dashboard/, here read-only.
+// serves the dashboard under /dashboard/, read-only since it has no token.
 func TestDashboardOnTheListener(t *testing.T) {
+	t.Setenv(dashboard.EnvToken, "")
 	name := collectionName(t)
 	w := newWorker(t, worker.Config{HTTPAddr: "127.0.0.1:0", WorkerID: "with-dashboard",
-		Dashboard: &dashboard.Config{ReadOnly: true, Collections: []string{name}}})
+		Dashboard: &dashboard.Config{Collections: []string{name}}})
 	ev := mschedulertest.NewEvents()
 	if err := worker.Register(w, name, add, fastConsumer(ev)); err != nil {
 		t.Fatal(err)
@@ -210,7 +211,7 @@ func TestDashboardOnTheListener(t *testing.T) {
 	publish(t, name, mscheduler.Task[sum]{Key: "a", Params: sum{A: 1, B: 2}})
 	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
 	base := "http://" + w.HTTPAddr() + "/dashboard/"
-	for path, want := range map[string]string{"": "Overview", "task?c=" + name + "&key=a": "succeeded", "static/live.js": "data-live"} {
+	for path, want := range map[string]string{"": "Overview", "task?c=" + name + "&key=a": "acting needs a token", "static/live.js": "data-live"} {
 		resp, err := http.Get(base + path)
 		if err != nil {
 			t.Fatal(err)
@@ -221,12 +222,18 @@ func TestDashboardOnTheListener(t *testing.T) {
 			t.Errorf("GET /dashboard/%s: %d (%v), want %q in:\n%.1500s", path, resp.StatusCode, err, want, body)
 		}
 	}
-	resp, err := http.PostForm(base+"task?c="+name+"&key=a", url.Values{"action": {"delete"}, "seen": {"succeeded"}})
+	req, err := http.NewRequest(http.MethodPost, base+"task?c="+name+"&key=a", strings.NewReader(url.Values{"action": {"delete"}, "seen": {"succeeded"}}.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "http://"+w.HTTPAddr()) // as its own page sends it
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden {
-		t.Errorf("a POST to the read-only dashboard answered %d, want 403", resp.StatusCode)
+		t.Errorf("a POST to the tokenless dashboard answered %d, want 403", resp.StatusCode)
 	}
 }

@@ -97,6 +97,10 @@ func (w *Worker) serveHTTP() (*http.Server, error) {
 		}
 		mux.Handle("/dashboard/", http.StripPrefix("/dashboard", d))
 		served += " and /dashboard/"
+		if d.ReadOnly() {
+			// Whether it can act is part of what the listener exposes.
+			served += " (read-only)"
+		}
 	}
 	srv := dashboard.NewServer(mux) // every time bounded, for /metrics too
 	go func() {

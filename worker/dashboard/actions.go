@@ -86,13 +86,32 @@ func doneMessage(code string) string {
 	return "Done: " + m[1] + "."
 }
 
+// refuseActionsIfReadOnly refuses, on a read-only dashboard, every request
+// but a read, before any handler: a POST added later is covered too.
+func (d *Dashboard) refuseActionsIfReadOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d.ReadOnly() && r.Method != http.MethodGet && r.Method != http.MethodHead {
+			d.fail(w, r, http.StatusForbidden, d.refusal())
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// refusal says why an action was refused on a read-only dashboard, and,
+// when it lacks a token, how to give it one.
+func (d *Dashboard) refusal() string {
+	if d.cfg.ReadOnly {
+		return "Nothing was done: this dashboard is read-only (Config.ReadOnly, the command's --read-only)."
+	}
+	return "Nothing was done: this dashboard is read-only because it has no token, and acting needs one. " +
+		"Set one with the " + EnvToken + " environment variable or Config.Token, then open a page with ?token=<token> " +
+		"(\"mscheduler dashboard\" makes one at each start and prints that link, unless --read-only)."
+}
+
 // act applies one action to one task, if it is still in the state the
 // page showed; then it shows the task again (or the list, after a delete).
 func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
-	if d.cfg.ReadOnly {
-		d.fail(w, r, http.StatusForbidden, "This dashboard is read-only.")
-		return
-	}
 	if !d.readForm(w, r) {
 		return
 	}
@@ -195,10 +214,6 @@ func (d *Dashboard) actionError(w http.ResponseWriter, r *http.Request, key stri
 
 // actMany applies one action to the tasks selected in the list.
 func (d *Dashboard) actMany(w http.ResponseWriter, r *http.Request) {
-	if d.cfg.ReadOnly {
-		d.fail(w, r, http.StatusForbidden, "This dashboard is read-only.")
-		return
-	}
 	if !d.readForm(w, r) {
 		return
 	}

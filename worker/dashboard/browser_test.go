@@ -83,8 +83,8 @@ func read[T any](t *testing.T, ctx context.Context, what string, a chromedp.Acti
 	return v
 }
 
-// TestInBrowser: in headless Chromium, a person opens the overview,
-// filters the task list to failed tasks, opens the failed one, clicks
+// TestInBrowser: in headless Chromium, a person opens the overview by
+// its login link, filters the task list to failed tasks, opens the failed one, clicks
 // Retry, and sees it succeed without reloading; then sees the lease
 // countdown of a held task move on the workers page.
 func TestInBrowser(t *testing.T) {
@@ -123,8 +123,17 @@ func TestInBrowser(t *testing.T) {
 
 	base := f.server.URL + "/"
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
-	shot.do(ctx, "1-overview", chromedp.Navigate(base), chromedp.WaitVisible(css(`#overview`)),
+	// The login link, as the command prints it: the page it lands on has
+	// the token out of its address, and the session cookie carries every
+	// later page, action and live update.
+	shot.do(ctx, "1-overview", chromedp.Navigate(base+"?token="+url.QueryEscape(f.token)), chromedp.WaitVisible(css(`#overview`)),
 		chromedp.WaitVisible(css(`a[href="tasks?c=`+c+`&status=failed"]`)))
+	if at := read(t, ctx, "the address", chromedp.Evaluate[string](`location.href`)); at != base {
+		t.Fatalf("after the login link the page is at %q, want %q", at, base)
+	}
+	if cookie := read(t, ctx, "the page's cookies", chromedp.Evaluate[string](`document.cookie`)); cookie != "" {
+		t.Fatalf("a script reads the cookies %q; the session cookie must be HttpOnly", cookie)
+	}
 
 	shot.do(ctx, "2-filtered-list",
 		chromedp.Navigate(base+"tasks?"+url.Values{"c": {c}}.Encode()),

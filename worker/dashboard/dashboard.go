@@ -3,7 +3,6 @@ package dashboard
 import (
 	"cmp"
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,18 +28,26 @@ const EnvToken = "MSCHEDULER_DASHBOARD_TOKEN"
 const QueryTimeoutDefault = 5 * time.Second
 
 // Config configures the dashboard. The zero value serves every task
-// collection of the database, with actions, and no authentication unless
-// the MSCHEDULER_DASHBOARD_TOKEN environment variable is set.
+// collection of the database read-only, to this machine alone, unless the
+// MSCHEDULER_DASHBOARD_TOKEN environment variable sets a token: acting
+// takes a token, even on loopback.
 type Config struct {
 	// Collections are the task collections shown. Defaults to every
 	// collection of the database that has the library's metadata beside it
 	// (<name>.meta), found at each page view.
 	Collections []string
-	// ReadOnly hides every action and refuses every POST.
+	// ReadOnly hides every action and refuses every POST (403), even with
+	// a Token: for a dashboard that people may look at but not act from.
+	// Without a Token a dashboard is read-only whatever ReadOnly says.
 	ReadOnly bool
-	// Token, when set, is required on every request: as the password of
-	// HTTP basic authentication (any user name), which a browser asks for,
-	// or as "Authorization: Bearer <token>". Defaults to the
+	// Token, when set, is required on every request, and lets the
+	// dashboard act unless it is ReadOnly. It is taken as the password of
+	// HTTP basic authentication (any user name), which a browser asks for;
+	// as "Authorization: Bearer <token>"; or from a login link, ?token=<token>
+	// on any page, which sets a session cookie (HttpOnly, SameSite=Strict,
+	// holding a digest of the token, not the token) and redirects to the
+	// same page without the parameter. Without a token the dashboard is
+	// read-only and answers this machine alone. Defaults to the
 	// MSCHEDULER_DASHBOARD_TOKEN environment variable ([EnvToken]).
 	Token string
 	// QueryTimeout bounds each query. Defaults to [QueryTimeoutDefault].
@@ -141,7 +148,7 @@ func New(db *mongo.Database, cfg *Config) (*Dashboard, error) {
 	})
 	// Cross-origin POSTs are refused: the browser says where a request
 	// comes from (Sec-Fetch-Site, Origin), and only same-origin ones act.
-	d.root = d.guard(d.authenticate(http.NewCrossOriginProtection().Handler(mux)))
+	d.root = d.guard(d.authenticate(http.NewCrossOriginProtection().Handler(d.refuseActionsIfReadOnly(mux))))
 	return d, nil
 }
 
@@ -150,26 +157,21 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d.root.ServeHTTP(w, r)
 }
 
-// authenticate requires the token when one is configured.
-func (d *Dashboard) authenticate(next http.Handler) http.Handler {
-	if d.cfg.Token == "" {
-		return next
+// ReadOnly says the dashboard hides and refuses every action: it was
+// configured ReadOnly, or it has no token, since acting takes credentials
+// even on loopback (any process or page of this machine reaches it).
+func (d *Dashboard) ReadOnly() bool { return d.readOnlyWhy() != "" }
+
+// readOnlyWhy says, for the pages, why the dashboard is read-only; empty
+// when it acts.
+func (d *Dashboard) readOnlyWhy() string {
+	switch {
+	case d.cfg.ReadOnly:
+		return "Read-only: this dashboard was started read-only."
+	case d.cfg.Token == "":
+		return "Read-only: acting needs a token, and this dashboard has none (set " + EnvToken + " or Config.Token)."
 	}
-	want := []byte(d.cfg.Token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := ""
-		if _, pass, ok := r.BasicAuth(); ok {
-			got = pass
-		} else if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-			got = bearer
-		}
-		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Basic realm="mscheduler", charset="UTF-8"`)
-			http.Error(w, "the dashboard needs its token (as the basic-auth password, or a Bearer token)", http.StatusUnauthorized)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	return ""
 }
 
 // queryContext bounds the queries of one request.

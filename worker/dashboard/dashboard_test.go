@@ -1,6 +1,7 @@
 package dashboard_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -34,9 +35,31 @@ type fixture struct {
 	producer *mscheduler.Producer[email]
 	server   *httptest.Server
 	client   *http.Client
+	token    string // the dashboard's, sent by get and post; empty for none
 }
 
+// fixtureToken is the token of a fixture's dashboard when its Config has
+// none: a dashboard acts only with a token.
+const fixtureToken = "fixture-token"
+
+// newFixture serves a dashboard with cfg, and fixtureToken unless cfg
+// has a token.
 func newFixture(t *testing.T, cfg dashboard.Config) *fixture {
+	t.Helper()
+	cfg.Token = cmp.Or(cfg.Token, fixtureToken)
+	return startFixture(t, cfg)
+}
+
+// newTokenlessFixture serves a dashboard with cfg and no token, not even
+// one from the environment. Its test cannot be parallel.
+func newTokenlessFixture(t *testing.T, cfg dashboard.Config) *fixture {
+	t.Helper()
+	t.Setenv(dashboard.EnvToken, "")
+	cfg.Token = ""
+	return startFixture(t, cfg)
+}
+
+func startFixture(t *testing.T, cfg dashboard.Config) *fixture {
 	t.Helper()
 	ctx := t.Context()
 	coll := mschedulertest.Collection(t)
@@ -87,7 +110,7 @@ func newFixture(t *testing.T, cfg dashboard.Config) *fixture {
 	t.Cleanup(srv.Close)
 	client := srv.Client()
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &fixture{t: t, coll: coll, producer: p, server: srv, client: client}
+	return &fixture{t: t, coll: coll, producer: p, server: srv, client: client, token: cfg.Token}
 }
 
 // workerOf is the id of the fixture's worker: its own, since every test
@@ -98,6 +121,7 @@ type page struct {
 	code     int
 	body     string
 	location string
+	header   http.Header
 }
 
 func (f *fixture) do(req *http.Request) page {
@@ -111,26 +135,43 @@ func (f *fixture) do(req *http.Request) page {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return page{resp.StatusCode, string(body), resp.Header.Get("Location")}
+	return page{resp.StatusCode, string(body), resp.Header.Get("Location"), resp.Header}
+}
+
+// request is a request to the dashboard with no credentials; a form
+// makes it a POST.
+func (f *fixture) request(method, path string, form url.Values) *http.Request {
+	f.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, f.server.URL+"/"+strings.TrimPrefix(path, "/"), body)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	return req
+}
+
+// authorized adds the fixture's token to a request, as a script sends it.
+func (f *fixture) authorized(req *http.Request) *http.Request {
+	if f.token != "" {
+		req.Header.Set("Authorization", "Bearer "+f.token)
+	}
+	return req
 }
 
 func (f *fixture) get(path string) page {
 	f.t.Helper()
-	req, err := http.NewRequest(http.MethodGet, f.server.URL+"/"+strings.TrimPrefix(path, "/"), nil)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return f.do(req)
+	return f.do(f.authorized(f.request(http.MethodGet, path, nil)))
 }
 
 func (f *fixture) post(path string, form url.Values) page {
 	f.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, f.server.URL+"/"+path, strings.NewReader(form.Encode()))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	return f.do(req)
+	return f.do(f.authorized(f.request(http.MethodPost, path, form)))
 }
 
 func (f *fixture) taskPath(key string) string {
@@ -258,9 +299,12 @@ func TestReadOnly(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, dashboard.Config{ReadOnly: true})
 	p := f.get(f.taskPath("broken-1"))
-	p.want(t, "read-only task page", 200, "no recipient")
+	p.want(t, "read-only task page", 200, "no recipient", "started read-only")
 	if strings.Contains(p.body, "Retry now") || strings.Contains(p.body, `method="post"`) {
 		t.Error("a read-only page shows actions")
+	}
+	if list := f.get("tasks?c=" + f.coll.Name()); strings.Contains(list.body, `method="post"`) {
+		t.Error("a read-only list has a form that acts")
 	}
 	f.post(f.taskPath("broken-1"), url.Values{"action": {"retry"}, "seen": {"failed"}}).want(t, "read-only POST", 403, "read-only")
 	f.post("tasks?c="+f.coll.Name(), url.Values{"action": {"retry"}, "key": {"broken-1"}}).want(t, "read-only bulk POST", 403, "read-only")
@@ -272,16 +316,13 @@ func TestReadOnly(t *testing.T) {
 func TestToken(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, dashboard.Config{Token: "s3cret"})
-	f.get("").want(t, "no token", 401, "needs its token")
+	f.do(f.request(http.MethodGet, "", nil)).want(t, "no token", 401, "needs its token")
 	for name, set := range map[string]func(*http.Request){
 		"basic":  func(r *http.Request) { r.SetBasicAuth("ops", "s3cret") },
 		"bearer": func(r *http.Request) { r.Header.Set("Authorization", "Bearer s3cret") },
 		"wrong":  func(r *http.Request) { r.SetBasicAuth("ops", "guess") },
 	} {
-		req, err := http.NewRequest(http.MethodGet, f.server.URL+"/", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		req := f.request(http.MethodGet, "", nil)
 		set(req)
 		want := 200
 		if name == "wrong" {
@@ -299,11 +340,8 @@ func TestCrossOriginPostsAreRefused(t *testing.T) {
 		"fetch metadata": func(r *http.Request) { r.Header.Set("Sec-Fetch-Site", "cross-site") },
 		"origin":         func(r *http.Request) { r.Header.Set("Origin", "https://evil.example") },
 	} {
-		req, err := http.NewRequest(http.MethodPost, f.server.URL+"/"+f.taskPath("broken-1"), strings.NewReader(form.Encode()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		// With the token, so that the refusal is the origin's.
+		req := f.authorized(f.request(http.MethodPost, f.taskPath("broken-1"), form))
 		set(req)
 		if p := f.do(req); p.code != http.StatusForbidden {
 			t.Errorf("%s: cross-origin POST answered %d, want 403", name, p.code)

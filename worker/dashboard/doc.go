@@ -7,7 +7,7 @@
 //
 // A Dashboard is an http.Handler: mount it in a service under any prefix,
 //
-//	d, err := dashboard.New(client.Database("mscheduler"), &dashboard.Config{ReadOnly: true})
+//	d, err := dashboard.New(client.Database("mscheduler"), &dashboard.Config{Token: token})
 //	if err != nil {
 //		log.Fatal(err)
 //	}
@@ -17,10 +17,23 @@
 // with html/template; the style sheet and the small script that keeps
 // pages live are embedded, so it needs no build step and no network.
 //
+// Every web surface wants a token unless it is read-only on loopback:
+// without Config.Token (or MSCHEDULER_DASHBOARD_TOKEN) a dashboard is
+// read-only, its pages say so where the actions would be and every POST
+// gets 403, since any process or page of this machine could otherwise act
+// with no credentials; Config.ReadOnly makes a dashboard with a token
+// read-only too. With a token every request needs it: as the basic-auth
+// password, a Bearer header, or once per browser session from a login
+// link, ?token=<token> on any page, which sets a session cookie (HttpOnly,
+// SameSite=Strict, a digest of the token) and redirects to the page
+// without the parameter. "mscheduler dashboard" makes a token at each
+// start and prints that link, unless it is --read-only or the environment
+// sets one.
+//
 // Every query is bounded by Config.QueryTimeout (sent to the server as
 // maxTimeMS) and by a page size. Actions are POSTs refused from other
-// origins (net/http's CrossOriginProtection); Config.Token requires a
-// token; Config.ReadOnly hides and refuses every action.
+// origins (net/http's CrossOriginProtection), which also keeps a page on
+// another port of the same host, where the cookie goes too, from acting.
 //
 // Before any of that, every request is guarded: a Host the dashboard does
 // not answer to (DNS rebinding) gets 421, and without a token a peer on

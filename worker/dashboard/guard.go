@@ -15,7 +15,7 @@ import (
 //     is refused: same-origin checks compare Origin with Host, and both
 //     are the attacker's name then;
 //   - without a token, it must come from this machine: a dashboard with no
-//     token is for the loopback interface alone;
+//     token is read-only, and for the loopback interface alone;
 //   - every reply refuses to be framed (clickjacking) and to be sniffed
 //     as another type;
 //   - a body is cut at MaxBodyBytes.

@@ -87,6 +87,7 @@ type collectionSummary struct {
 	Counts []statusCount
 	Stats  *mscheduler.Stats
 	Hours  []chartBucket
+	Peak   int // the most runs in one bucket: the chart's scale
 	Cut    int
 }
 
@@ -153,12 +154,13 @@ func (d *Dashboard) summarize(ctx context.Context, name string) collectionSummar
 	if page.Next != "" {
 		s.Cut = len(page.Runs)
 	}
-	s.Hours = chart(page.Runs, s.Stats.At)
+	s.Hours, s.Peak = chart(page.Runs, s.Stats.At)
 	return s
 }
 
-// chart counts runs per 5 minutes over the hour before now.
-func chart(runs []mscheduler.RunInfo, now time.Time) []chartBucket {
+// chart counts runs per 5 minutes over the hour before now, and returns
+// the most in one bucket, which the bars are scaled to.
+func chart(runs []mscheduler.RunInfo, now time.Time) ([]chartBucket, int) {
 	const n = 12
 	b := make([]chartBucket, n)
 	start := now.Add(-time.Hour)
@@ -185,7 +187,7 @@ func chart(runs []mscheduler.RunInfo, now time.Time) []chartBucket {
 			b[i].FailPct = b[i].Failed * 100 / b[i].Runs
 		}
 	}
-	return b
+	return b, most
 }
 
 // taskRow is a task as the list and detail pages show it.

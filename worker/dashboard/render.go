@@ -54,6 +54,7 @@ type view struct {
 	Title       string
 	Nav         string // the nav entry to mark current
 	ReadOnly    bool
+	ReadOnlyWhy string // shown where the actions would be
 	Collections []string
 	Collection  string
 	Now         time.Time
@@ -65,7 +66,7 @@ type view struct {
 // render writes a page, or a plain 500 if the template fails (which a
 // test would have caught).
 func (d *Dashboard) render(w http.ResponseWriter, status int, name string, v view) {
-	v.ReadOnly = d.cfg.ReadOnly
+	v.ReadOnly, v.ReadOnlyWhy = d.ReadOnly(), d.readOnlyWhy()
 	v.Now = time.Now().UTC()
 	var buf bytes.Buffer
 	if err := d.pages.byName[name].Execute(&buf, v); err != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,7 +21,7 @@ import (
 
 func runDashboard(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "the `address` to serve on (loopback unless you say otherwise)")
-	readOnly := fs.Bool("read-only", false, "hide and refuse every action")
+	readOnly := fs.Bool("read-only", false, "hide and refuse every action; with no token set, none is made: the pages need none on loopback")
 	var allowHosts hostList
 	fs.Var(&allowHosts, "allow-host", "a host `name` the dashboard answers to besides the loopback names (repeat for more)")
 	args, err := c.parseArgs(fs, args)
@@ -52,7 +54,11 @@ func runDashboard(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) 
 	if err := c.connectDB(); err != nil {
 		return err
 	}
-	cfg := &dashboard.Config{ReadOnly: *readOnly, AllowedHosts: allowHosts}
+	token, made := os.Getenv(dashboard.EnvToken), false
+	if token == "" && !*readOnly {
+		token, made = newToken(), true
+	}
+	cfg := &dashboard.Config{ReadOnly: *readOnly, AllowedHosts: allowHosts, Token: token}
 	if c.collection != "" {
 		cfg.Collections = []string{c.collection}
 	}
@@ -65,10 +71,24 @@ func runDashboard(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) 
 		return &opError{msg: fmt.Sprintf("dashboard: listen on %s: %v", *addr, err), err: err}
 	}
 	srv := dashboard.NewServer(d)
-	fmt.Fprintf(c.stdout, "http://%s/\n", browsable(ln.Addr()))
+	base := fmt.Sprintf("http://%s/", browsable(ln.Addr()))
+	if made {
+		// Only a token made here is printed: one the user chose may
+		// serve elsewhere, and terminals and logs keep what they show.
+		fmt.Fprintf(c.stdout, "%s?token=%s\n", base, token)
+	} else {
+		fmt.Fprintln(c.stdout, base)
+	}
 	fmt.Fprintf(c.stderr, "dashboard of database %q serving on the address above; Ctrl-C stops it.\n", c.db)
-	if !isLoopback(ln.Addr()) && os.Getenv(dashboard.EnvToken) == "" {
-		fmt.Fprintf(c.stderr, "no token ($%s): the dashboard answers this machine only, whatever the address it listens on.\n", dashboard.EnvToken)
+	if made {
+		fmt.Fprintf(c.stderr, "actions need the token in that link, made anew at each start; set $%s to keep one.\n", dashboard.EnvToken)
+	}
+	if !isLoopback(ln.Addr()) {
+		if token == "" {
+			fmt.Fprintf(c.stderr, "no token ($%s): the dashboard answers this machine only, whatever the address it listens on.\n", dashboard.EnvToken)
+		} else {
+			fmt.Fprintln(c.stderr, "listening beyond loopback: other machines reach the dashboard with its token, over plain HTTP; put TLS in front of it on a network you do not trust.")
+		}
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
@@ -83,6 +103,17 @@ func runDashboard(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) 
 		return &opError{msg: fmt.Sprintf("dashboard: %v", err), err: err}
 	}
 	return nil
+}
+
+// tokenBytes is the size of a token the command makes: 128 bits, beyond
+// guessing through the network.
+const tokenBytes = 16
+
+// newToken makes a dashboard token for one run of the command.
+func newToken() string {
+	b := make([]byte, tokenBytes)
+	_, _ = rand.Read(b) // never fails: crypto/rand crashes the program instead
+	return hex.EncodeToString(b)
 }
 
 // hostList is a repeatable flag of host names.
