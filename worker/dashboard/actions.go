@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -29,6 +30,23 @@ type scheduleRow struct {
 // query of its last run.
 const schedulePage = 50
 
+// firstWithPlans is the first collection of names with a recurring task,
+// for a schedules page that names none (the overview's link): the first
+// collection may well have none. It is c, with its producer p, when none
+// has any or they cannot be read.
+func (d *Dashboard) firstWithPlans(ctx context.Context, names []string, c string, p *mscheduler.Producer[bson.RawValue]) (string, *mscheduler.Producer[bson.RawValue]) {
+	for _, name := range names {
+		q, err := d.producer(ctx, name)
+		if err != nil {
+			return c, p
+		}
+		if list, err := q.List(ctx, mscheduler.ListOpts{Recurring: true, Limit: 1}); err == nil && len(list) > 0 {
+			return name, q
+		}
+	}
+	return c, p
+}
+
 func (d *Dashboard) schedules(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := d.queryContext(r)
 	defer cancel()
@@ -37,6 +55,9 @@ func (d *Dashboard) schedules(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c, names, p := sc.c, sc.names, sc.p
+	if r.URL.Query().Get("c") == "" {
+		c, p = d.firstWithPlans(ctx, names, c, p)
+	}
 	list, err := p.List(ctx, mscheduler.ListOpts{Recurring: true, After: r.URL.Query().Get("after"), Limit: schedulePage + 1})
 	if err != nil {
 		d.serverError(w, r, err)
@@ -243,14 +264,14 @@ func (d *Dashboard) actMany(w http.ResponseWriter, r *http.Request) {
 		case err == nil:
 			done++
 		case errors.Is(err, mscheduler.ErrNotApplicable), errors.Is(err, mscheduler.ErrNotFound):
-			refused = append(refused, err.Error())
+			refused = append(refused, key+" ("+refusal(err)+")")
 		default:
 			d.serverError(w, r, err)
 			return
 		}
 	}
 	if len(refused) > 0 {
-		d.fail(w, r, http.StatusConflict, fmt.Sprintf("%s done on %d task(s); refused on %d: %v", action, done, len(refused), refused))
+		d.fail(w, r, http.StatusConflict, fmt.Sprintf("%s done on %d task(s); refused on %d: %s.", action, done, len(refused), strings.Join(refused, ", ")))
 		return
 	}
 	http.Redirect(w, r, "tasks?"+url.Values{"c": {c}, "done": {fmt.Sprintf("%s:%d", action, done)}}.Encode(), http.StatusSeeOther)
@@ -277,4 +298,18 @@ func (d *Dashboard) readForm(w http.ResponseWriter, r *http.Request) bool {
 		d.fail(w, r, http.StatusBadRequest, "Nothing was done: the form could not be read: "+err.Error())
 	}
 	return false
+}
+
+// refusal says in a few words why an action did not apply to a task, for
+// a list that names the task itself: the library's message repeats the
+// package, the action and the key.
+func refusal(err error) string {
+	var ae *mscheduler.ActionError
+	switch {
+	case errors.As(err, &ae):
+		return ae.Reason
+	case errors.Is(err, mscheduler.ErrNotFound):
+		return "no such task"
+	}
+	return err.Error()
 }

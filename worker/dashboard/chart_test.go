@@ -30,3 +30,24 @@ func TestChartScale(t *testing.T) {
 		t.Errorf("last bucket %+v; want 3 runs, 1 failed, full height", last)
 	}
 }
+
+// A run record whose times cannot say how long it took (one missing, or a
+// finish before the start, as a hand edit leaves it) shows "-", not a
+// negative duration of centuries.
+func TestTookText(t *testing.T) {
+	start := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		started, finished time.Time
+		want              string
+	}{
+		{start, start.Add(1500 * time.Millisecond), "1.5s"},
+		{start, start, "0s"},
+		{start, start.Add(-time.Hour), "-"},
+		{start, time.Time{}, "-"},
+		{time.Time{}, start, "-"},
+	} {
+		if got := tookText(tc.started, tc.finished); got != tc.want {
+			t.Errorf("tookText(%s, %s) = %q, want %q", tc.started, tc.finished, got, tc.want)
+		}
+	}
+}

@@ -281,7 +281,10 @@ func TestActions(t *testing.T) {
 	}
 	// Bulk: cancelled later-1 and pending broken-1; retry applies to one.
 	bulk := f.post("tasks?c="+c, url.Values{"action": {"retry"}, "key": {"later-1", "broken-1"}})
-	bulk.want(t, "bulk retry", 409, "retry done on 1 task(s); refused on 1")
+	bulk.want(t, "bulk retry", 409, "retry done on 1 task(s); refused on 1: broken-1 (only a failed, cancelled or invalid task")
+	if strings.Contains(bulk.body, "mscheduler:") || strings.Contains(bulk.body, "[") {
+		t.Errorf("bulk refusals repeat the library's prefix or show Go's slice brackets:\n%.2000s", bulk.body)
+	}
 	if s := f.status("later-1"); s != mscheduler.StatusPending {
 		t.Fatalf("bulk retry left later-1 %s", s)
 	}

@@ -3,10 +3,12 @@ package dashboard
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"math"
 	"net/http"
 	"net/url"
 	"sort"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -17,14 +19,34 @@ import (
 // taskDetail is the task page's data.
 type taskDetail struct {
 	taskRow
-	Seen        string // the state the page showed, sent back with actions
-	Params      string
+	Seen   string // the state the page showed, sent back with actions
+	Params string // as shown: cut at maxShownParams
+	// ParamsCut, when set, is the size of params too large to show whole
+	// or to edit here: the page would carry them, twice, at each view.
+	ParamsCut   string
 	Invalid     *mscheduler.InvalidInfo
 	HoldersInfo []mscheduler.HolderInfo
 	Plan        *planView
 	Actions     []actionButton
 	History     []mscheduler.RunInfo
 	MoreHistory string
+}
+
+// maxShownParams bounds the params a task page carries: larger ones are
+// cut for reading, and not offered for editing in the page.
+const maxShownParams = 64 << 10
+
+// shownParams is params as the page shows them, and, when they are cut,
+// their whole size in words.
+func shownParams(v bson.RawValue) (text, cut string) {
+	if len(v.Value) <= maxShownParams {
+		return prettyJSON(v), ""
+	}
+	text = prettyJSON(v)
+	if len(text) > maxShownParams {
+		text = strings.ToValidUTF8(text[:maxShownParams], "") + "\n…"
+	}
+	return text, fmt.Sprintf("%d KiB", (len(v.Value)+1023)/1024)
 }
 
 type planView struct {
@@ -62,8 +84,9 @@ func (d *Dashboard) task(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	row := newTaskRow(ti)
-	t := &taskDetail{taskRow: row, Seen: stateOf(row.Status, row.Paused), Params: prettyJSON(ti.Task.Params),
+	t := &taskDetail{taskRow: row, Seen: stateOf(row.Status, row.Paused),
 		Invalid: ti.Invalid, HoldersInfo: ti.Holders, Actions: actionsFor(row), History: page.Runs}
+	t.Params, t.ParamsCut = shownParams(ti.Task.Params)
 	if page.Next != "" {
 		q := url.Values{"c": {c}, "key": {key}, "runs_after": {page.Next}}
 		t.MoreHistory = "task?" + q.Encode()
@@ -132,10 +155,10 @@ type heldRun struct {
 type runBar struct {
 	Collection, Key string
 	Outcome         mscheduler.Outcome
-	Took            time.Duration
+	Started         time.Time
+	Finished        time.Time
 	Width           int
 	Mark            string
-	finished        time.Time
 }
 
 // recentRuns adds a worker's latest runs of one collection to its view.
@@ -145,9 +168,8 @@ func (d *Dashboard) recentRuns(ctx context.Context, p *mscheduler.Producer[bson.
 		return err
 	}
 	for _, run := range page.Runs {
-		took := run.Finished.Sub(run.Started)
-		v.Recent = append(v.Recent, runBar{Collection: collection, Key: run.Key, Outcome: run.Outcome, Took: took,
-			Width: barWidth(took), Mark: markOf(run.Outcome), finished: run.Finished})
+		v.Recent = append(v.Recent, runBar{Collection: collection, Key: run.Key, Outcome: run.Outcome, Started: run.Started,
+			Finished: run.Finished, Width: barWidth(run.Finished.Sub(run.Started)), Mark: markOf(run.Outcome)})
 	}
 	return nil
 }
@@ -220,7 +242,7 @@ func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request) {
 	}
 	for i := range views {
 		recent := views[i].Recent
-		sort.Slice(recent, func(a, b int) bool { return recent[a].finished.Before(recent[b].finished) })
+		sort.Slice(recent, func(a, b int) bool { return recent[a].Finished.Before(recent[b].Finished) })
 		views[i].Recent = recent[max(0, len(recent)-workerRuns):]
 	}
 	d.render(w, http.StatusOK, "workers", view{Title: "Workers", Nav: "workers", Collections: names, Collection: c, Data: struct{ Workers []workerView }{views}})

@@ -257,7 +257,7 @@ type sortChoice struct {
 }
 
 var sortChoices = []sortChoice{
-	{string(mscheduler.SortByKey), "key"},
+	{string(mscheduler.SortByKey), "key, character by character (job-100 before job-11)"},
 	{string(mscheduler.SortByRunAt), "next run, earliest first"},
 	{string(mscheduler.SortByPriority), "claim order (priority, then next run)"},
 }

@@ -92,6 +92,7 @@ var funcs = template.FuncMap{
 	"json":      prettyJSON,
 	"join":      strings.Join,
 	"ms":        func(d time.Duration) string { return d.Round(time.Millisecond).String() },
+	"took":      tookText,
 	"add":       func(a, b int) int { return a + b },
 	"truncated": truncated,
 	"errorText": splitError,
@@ -184,4 +185,14 @@ func truncated(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s
+}
+
+// tookText is how long a run took, or "-" when its record cannot say: a
+// time missing, or a finish before the start (a record edited by hand),
+// which would read as a negative duration of centuries.
+func tookText(started, finished time.Time) string {
+	if started.IsZero() || finished.IsZero() || finished.Before(started) {
+		return "-"
+	}
+	return finished.Sub(started).Round(time.Millisecond).String()
 }

@@ -1,0 +1,103 @@
+package dashboard_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
+	"github.com/mscheduler/mscheduler/worker/dashboard"
+)
+
+// Params too large to edit in a page are shown cut, with the way to
+// replace them, and not sent whole into an edit box; a task with no source
+// or tags says so in its own row, not with a stray separator.
+func TestTaskPageBoundsParams(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, dashboard.Config{})
+	big := strings.Repeat("x", 200<<10)
+	if _, err := f.producer.Publish(f.t.Context(), mscheduler.Task[email]{Key: "big", Params: email{To: big}, Tags: []string{"mail"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	pg := f.get(f.taskPath("big"))
+	pg.want(t, "big params", http.StatusOK, `id="params-cut"`, "The params are 201 KiB", "--update-params")
+	if strings.Contains(pg.body, `<textarea name="params"`) || len(pg.body) > 100<<10 {
+		t.Errorf("the page has an edit box or carries the params whole (%d bytes)", len(pg.body))
+	}
+	f.get(f.taskPath("welcome-1")).want(t, "small params", http.StatusOK, `<textarea name="params"`)
+
+	if _, err := f.producer.Publish(f.t.Context(), mscheduler.Task[email]{Key: "bare", Source: " "}, nil); err != nil {
+		t.Fatal(err)
+	}
+	pg = f.get(f.taskPath("big"))
+	pg.want(t, "tags without a source", http.StatusOK, "<dt>tags</dt><dd>mail</dd>")
+	if strings.Contains(pg.body, "; mail") {
+		t.Error("a task page shows a stray separator before its tags")
+	}
+}
+
+// The overview's Schedules link names no collection: the page shows the
+// first collection that has a recurring task, not the first collection.
+func TestSchedulesFindTheirCollection(t *testing.T) {
+	t.Parallel()
+	planned := mschedulertest.Collection(t)
+	plain := planned.Database().Collection(planned.Name() + "_plain") // Collection names one per test
+	t.Cleanup(func() {
+		for _, name := range []string{plain.Name(), plain.Name() + ".meta", plain.Name() + ".runs"} {
+			_ = plain.Database().Collection(name).Drop(context.Background())
+		}
+	})
+	pp := newPlainProducer(t, planned)
+	plan := mscheduler.Every(1, mscheduler.Hour)
+	if _, err := pp.Publish(t.Context(), mscheduler.Task[email]{Key: "hourly", Plan: &plan}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newPlainProducer(t, plain).Publish(t.Context(), mscheduler.Task[email]{Key: "once"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{plain.Name(), planned.Name()} // in this order: Config.Collections keeps it
+	d, err := dashboard.New(plain.Database(), &dashboard.Config{Collections: names, Token: fixtureToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/schedules", nil)
+	req.Header.Set("Authorization", "Bearer "+fixtureToken)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body := readAll(t, resp)
+	if !strings.Contains(body, "Schedules of "+planned.Name()) || !strings.Contains(body, "hourly") || !strings.Contains(body, `<select name="c">`) {
+		t.Errorf("schedules without a collection:\n%.3000s", body)
+	}
+}
+
+func newPlainProducer(t *testing.T, coll *mongo.Collection) *mscheduler.Producer[email] {
+	t.Helper()
+	if err := mscheduler.EnsureIndexes(t.Context(), coll); err != nil {
+		t.Fatal(err)
+	}
+	p, err := mscheduler.NewProducer[email](coll, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
