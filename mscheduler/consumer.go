@@ -226,8 +226,11 @@ type ConsumerConfig struct {
 	// failed at once, freeing its slot, and the goroutine is abandoned.
 	// Defaults to [TimeoutGraceDefault].
 	TimeoutGrace time.Duration
-	// WriteTimeout bounds each write that ends a run. Defaults to
-	// [WriteTimeoutDefault].
+	// WriteTimeout bounds the writes that no lease bounds (setting a task
+	// invalid, a plan's gate, Stop's wait for run ends) and is the least
+	// time a claim is given: a claim waits up to half the lease it takes,
+	// and a run's end is tried again while the run's lease is kept.
+	// Defaults to [WriteTimeoutDefault].
 	WriteTimeout time.Duration
 	// RunsKept is how many finished runs a task document keeps. Defaults to
 	// [RunsKeptDefault].

@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/paramcheck"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
@@ -80,6 +81,10 @@ type Producer[P any] struct {
 	// collection at this library's schema version (0: never); written and
 	// read by every write.
 	schemaChecked atomic.Int64
+	// params checks the params of each publish: the collection's params
+	// schema as of the last schema check (nil: none). Written by the
+	// write that checks, read by every publish.
+	params atomic.Pointer[paramcheck.Checker]
 }
 
 // NewProducer returns a producer for coll. It does no I/O.
@@ -164,6 +169,9 @@ func (p *Producer[P]) publish(ctx context.Context, tasks []Task[P], opts *Publis
 	if err != nil {
 		return nil, err
 	}
+	if err := checkParams(p.params.Load(), docs, prefixFormat); err != nil {
+		return nil, err
+	}
 	if opts.MoveRunAt {
 		for i, d := range docs {
 			if d.Plan != nil {
@@ -204,8 +212,9 @@ func (p *Producer[P]) publish(ctx context.Context, tasks []Task[P], opts *Publis
 }
 
 // checkSchema brings the collection to this library's schema version, or
-// refuses a newer one, before the producer's first write and again once
-// SchemaCheckInterval has passed since the last check.
+// refuses a newer one, and reads its params schema, before the producer's
+// first write and again once SchemaCheckInterval has passed since the last
+// check.
 func (p *Producer[P]) checkSchema(ctx context.Context) error {
 	at := time.Duration(p.schemaChecked.Load())
 	if at != 0 && p.clock.Mono()-at < p.cfg.SchemaCheckInterval {
@@ -214,6 +223,11 @@ func (p *Producer[P]) checkSchema(ctx context.Context) error {
 	if err := ensureSchema(ctx, p.coll, slog.Default()); err != nil {
 		return err
 	}
+	params, err := loadParamsChecker(ctx, p.coll)
+	if err != nil {
+		return err
+	}
+	p.params.Store(params)
 	p.schemaChecked.Store(int64(max(p.clock.Mono(), 1)))
 	return nil
 }

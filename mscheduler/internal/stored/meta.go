@@ -14,6 +14,10 @@ const (
 	// MaintenanceID is {_id: "maintenance", holder, lease_until}: the lease
 	// of the worker that does the collection's maintenance.
 	MaintenanceID = "maintenance"
+	// ParamsSchemaID is {_id: "params_schema", json, updated_at}: the JSON
+	// Schema, as JSON text, that the params of every task published into
+	// the collection must satisfy.
+	ParamsSchemaID = "params_schema"
 )
 
 // SchemaVersionOf reads the version of a schema document. ok is false

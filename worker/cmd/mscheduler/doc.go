@@ -1,48 +1,40 @@
-// Command mscheduler shows and edits the tasks of one task collection.
+// Command mscheduler shows and steers the tasks of one task collection,
+// serves it from the command line, and runs the dashboard and the
+// development server.
 //
 // Usage:
 //
 //	mscheduler [global flags] <command> [flags] [arguments]
 //
-// Commands:
+// "mscheduler help" lists the commands and "mscheduler help <command>" the
+// flags of one. In short:
 //
-//	list [--tag T]... [--status S]... [--group G] [--from T] [--before T]
-//	     [--sort key|run_at|priority] [--limit N] [--after KEY] [--json]
-//	                    list tasks, by key or by --sort; every --tag must match,
-//	                    any --status may; --from and --before bound run_at
-//	show KEY [--json]   show one task: options, counters, plan, params
-//	update KEY [flags]  change the options and metadata of a task (see update -h)
-//	pause KEY           stop new runs of a task; runs going on finish
-//	resume KEY          let a paused task run again
-//	skip KEY N          skip the next N planned times of a task's plan (0 cancels)
-//	migrate             bring the collection to this build's schema version and
-//	                    create its indexes, as a worker's start-up does
-//	help                print this help
+//	list, show, history, stats, workers, wait   read tasks, runs and workers
+//	publish, update, pause, resume, skip,       change tasks, through the same
+//	cancel, retry, run-now, delete              library calls a program makes
+//	params-schema                               the JSON Schema publishes must satisfy
+//	migrate                                     schema version and indexes
+//	work --exec CMD                             serve the collection: each run is sh -c CMD
+//	dashboard                                   the web dashboard
+//	dev                                         the development server, from a checkout
 //
 // Global flags, accepted before or after the command:
 //
-//	-c, --collection NAME   the task collection (required)
+//	-c, --collection NAME   the task collection (required by most commands)
 //	--db NAME               the database; default $MSCHEDULER_DB, else "mscheduler"
 //	--uri URI               the connection string; default $MONGODB_URI
 //	--connect-timeout D     how long to look for the server; default 5s
 //
-// The command never starts a development server: without --uri or
-// MONGODB_URI it stops with an error.
+// Without --uri or MONGODB_URI only dev, and dashboard (with demo tasks),
+// start a development server; the others stop with an error. A collection
+// must exist: a misspelt -c is an error, and publish --create or migrate
+// --create makes a new one.
 //
-// Flags of update are applied only when given, so "--priority 0" sets the
-// priority to zero and leaving the flag out leaves it alone. --tags and
-// --worker-ids take comma-separated lists; an empty string clears them.
-// Invalid values are refused by the library, naming the field, and nothing
-// is written.
-//
-// With --json, list prints an array and show an object, with the field names
-// of the task document (snake_case); params are printed as relaxed extended
-// JSON. Times are UTC.
-//
-// Exit status: 0 on success, 1 when the operation failed (no such task, an
-// invalid value, the server could not be reached), 2 for a usage error (an
-// unknown command or flag, a missing argument). Errors are one line on
-// stderr, prefixed "mscheduler: ".
+// Exit status: 0 on success; 2 for anything wrong on the command line (an
+// unknown command or flag, a missing argument, a value a flag gave that is
+// refused, naming the flag); 1 when the operation failed (no such task or
+// collection, an action that does not apply, no server within
+// --connect-timeout). Errors are one line on stderr, prefixed "mscheduler: ".
 //
 // Example:
 //

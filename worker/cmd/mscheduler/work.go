@@ -25,7 +25,7 @@ func runWork(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error
 	capacity := fs.Int("capacity", mscheduler.CapacityDefault, "runs at once")
 	workerID := fs.String("worker-id", "", "this worker's `id` in the task documents (default: host-pid-random)")
 	fs.Var(&groups, "groups", "comma-separated worker `groups` of this worker (default: none)")
-	quiet := fs.Bool("quiet", false, "log warnings and errors only, not each run")
+	quiet := fs.Bool("quiet", false, "log warnings and errors only (failed runs are warnings)")
 	args, err := c.parseArgs(fs, args)
 	if err != nil {
 		return err
