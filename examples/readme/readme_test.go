@@ -1,5 +1,6 @@
-// Package readme checks that every Go block of the README compiles, so
-// that a change that breaks one fails the tests.
+// Package readme checks that every Go block of the README and of the
+// detailed documents beside the code compiles, so that a change that breaks
+// one fails the tests.
 package readme
 
 import (
@@ -12,7 +13,16 @@ import (
 	"testing"
 )
 
-// prelude declares what the README's snippets take as given: a context, a
+// docs are the markdown documents whose Go blocks are checked, relative to
+// the repository's root.
+var docs = []string{
+	"README.md",
+	"mscheduler/README.md",
+	"worker/README.md",
+	"examples/bench/README.md",
+}
+
+// prelude declares what the documents' snippets take as given: a context, a
 // client and a collection, the types and functions they name without
 // defining. Each snippet becomes the body of a function of its own, so its
 // variables must all be used, as in a program.
@@ -72,26 +82,31 @@ var (
 
 var goBlock = regexp.MustCompile("(?s)```go\n(.*?)```")
 
-// TestReadmeGoBlocksCompile type-checks every Go block of the README: top
-// level functions (func Name...) stay at the top level, import lines are
-// dropped (the prelude imports what the README uses), and the rest of each
+// TestReadmeGoBlocksCompile type-checks every Go block of the documents:
+// top level functions (func Name...) stay at the top level, import lines are
+// dropped (the prelude imports what the documents use), and the rest of each
 // block is the body of a function.
 func TestReadmeGoBlocksCompile(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks := goBlock.FindAllStringSubmatch(string(readme), -1)
-	if len(blocks) < 5 {
-		t.Fatalf("found %d Go blocks in the README", len(blocks))
-	}
 	var src strings.Builder
 	src.WriteString(prelude)
-	var where []string // block number of each generated line, for messages
-	for i, b := range blocks {
-		top, body := split(b[1])
-		fmt.Fprintf(&src, "\n// README block %d\n%s\nfunc block%d() {\n%s}\n", i+1, top, i+1, body)
-		where = append(where, fmt.Sprintf("block %d: %s", i+1, firstLine(b[1])))
+	var where []string // the document and first line of each block, for messages
+	n := 0
+	for _, doc := range docs {
+		text, err := os.ReadFile(filepath.Join("..", "..", filepath.FromSlash(doc)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks := goBlock.FindAllStringSubmatch(string(text), -1)
+		t.Logf("%s: %d Go blocks", doc, len(blocks))
+		for i, b := range blocks {
+			n++
+			top, body := split(b[1])
+			fmt.Fprintf(&src, "\n// %s block %d\n%s\nfunc block%d() {\n%s}\n", doc, i+1, top, n, body)
+			where = append(where, fmt.Sprintf("block%d, %s block %d: %s", n, doc, i+1, firstLine(b[1])))
+		}
+	}
+	if n < 5 {
+		t.Fatalf("found %d Go blocks in %s", n, strings.Join(docs, ", "))
 	}
 	dir, err := os.MkdirTemp(".", "gen-")
 	if err != nil {
@@ -103,7 +118,7 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 	}
 	out, err := exec.Command("go", "vet", "./"+dir).CombinedOutput()
 	if err != nil {
-		t.Fatalf("README Go blocks do not compile:\n%s\nblocks:\n  %s\ngenerated:\n%s", out, strings.Join(where, "\n  "), numbered(src.String()))
+		t.Fatalf("Go blocks of the documents do not compile:\n%s\nblocks:\n  %s\ngenerated:\n%s", out, strings.Join(where, "\n  "), numbered(src.String()))
 	}
 }
 
