@@ -259,36 +259,8 @@ func (p *Pinger) Loop(ctx context.Context) {
 // interval.
 func (p *Pinger) tick(ctx context.Context) time.Time {
 	now := p.clock.Now()
-	next := now.Add(time.Minute) // with no run, only a kick matters
-	var due, soon []*Run
-	pressed := int32(0)
-	defer func() { p.pressed.Store(pressed) }()
-	for _, r := range p.Snapshot() {
-		if p.Lapsed(r) {
-			// A finished run's end write gives up when its held context
-			// says so.
-			p.lose(r, "lease lapsed before a ping could renew it")
-			if r.Finished.Load() {
-				r.dropHeld(errLapsed)
-			}
-			continue
-		}
-		next = minTime(next, r.Lease())
-		if r.Lease().Sub(now) < 2*p.reserve() {
-			pressed++
-		}
-		at := p.pingAt(r)
-		switch {
-		case r.pinging:
-		case !at.After(now):
-			due = append(due, r)
-		case p.batchMax > 1 && !at.After(now.Add(r.PingInterval/2)):
-			soon = append(soon, r)
-			next = minTime(next, at)
-		default:
-			next = minTime(next, at)
-		}
-	}
+	due, soon, next, pressed := p.schedule(p.Snapshot(), now)
+	p.pressed.Store(pressed)
 	if len(due) == 0 {
 		return next
 	}
@@ -312,6 +284,42 @@ func (p *Pinger) tick(ctx context.Context) time.Time {
 		}
 	}
 	return next
+}
+
+// schedule sorts runs into those whose ping is due and those taken along
+// with them (due within half their interval), cancels those whose lease
+// lapsed, counts those pressed for time, and says when to look again. A
+// run whose end is being written is never taken along: it is pinged alone,
+// and only once its lease would not cover the write (see pingAt).
+func (p *Pinger) schedule(runs []*Run, now time.Time) (due, soon []*Run, next time.Time, pressed int32) {
+	next = now.Add(time.Minute) // with no run, only a kick matters
+	for _, r := range runs {
+		if lapsedAt(r, now) {
+			// A finished run's end write gives up when its held context
+			// says so.
+			p.lose(r, "lease lapsed before a ping could renew it")
+			if r.Finished.Load() {
+				r.dropHeld(errLapsed)
+			}
+			continue
+		}
+		next = minTime(next, r.Lease())
+		if r.Lease().Sub(now) < 2*p.reserve() {
+			pressed++
+		}
+		at := p.pingAt(r)
+		switch {
+		case r.pinging:
+		case !at.After(now):
+			due = append(due, r)
+		case p.batchMax > 1 && !r.Finished.Load() && !at.After(now.Add(r.PingInterval/2)):
+			soon = append(soon, r)
+			next = minTime(next, at)
+		default:
+			next = minTime(next, at)
+		}
+	}
+	return due, soon, next, pressed
 }
 
 // splitEnding parts the runs whose end is being written from the others:
@@ -521,8 +529,12 @@ func (p *Pinger) applySettings(r *Run, reply *pingReply, sent time.Time) {
 
 // Lapsed reports whether the run's lease has run out (to the millisecond
 // the server clock estimate is read at).
-func (p *Pinger) Lapsed(r *Run) bool {
-	return !p.clock.Now().Add(time.Millisecond).Before(r.Lease())
+func (p *Pinger) Lapsed(r *Run) bool { return lapsedAt(r, p.clock.Now()) }
+
+// lapsedAt says r's lease has lapsed at now (to the millisecond the
+// server stores).
+func lapsedAt(r *Run, now time.Time) bool {
+	return !now.Add(time.Millisecond).Before(r.Lease())
 }
 
 func minTime(first time.Time, rest ...time.Time) time.Time {

@@ -77,3 +77,37 @@ func TestAnEndingRunIsPingedOnlyAtRisk(t *testing.T) {
 		t.Fatalf("ending run after a failed ping pinged at %s, want the backoff's %s", got, r.nextPing)
 	}
 }
+
+// A run whose end is being written is not taken along in a due batch when
+// its own at-risk time is near: it would be pinged alone, early, for
+// nothing (its end usually lands within the lease). A running run is.
+func TestAnEndingRunIsNotTakenAlong(t *testing.T) {
+	p := &Pinger{latency: 100 * time.Millisecond, batchMax: 16}
+	now := time.Unix(1000, 0)
+	run := func(id string, lease, nextPing time.Duration, ending bool) *Run {
+		r := &Run{Key: id, RunID: id, PingInterval: 10 * time.Second, WorkerTimeout: 30 * time.Second}
+		r.SetLease(now.Add(lease))
+		r.nextPing = now.Add(nextPing)
+		r.Finished.Store(ending)
+		return r
+	}
+	due := run("due", 20*time.Second, 0, false)
+	along := run("along", 24*time.Second, 4*time.Second, false)
+	ending := run("ending", 4*time.Second, 10*time.Second, true) // at risk 3.7 s from now: within half an interval
+	later := run("later", 30*time.Second, 10*time.Second, false)
+	gotDue, gotSoon, next, _ := p.schedule([]*Run{due, along, ending, later}, now)
+	if len(gotDue) != 1 || gotDue[0] != due || len(gotSoon) != 1 || gotSoon[0] != along {
+		t.Fatalf("due %v, taken along %v; want [due] and [along]", keysOf(gotDue), keysOf(gotSoon))
+	}
+	if want := now.Add(4*time.Second - p.reserve()); !next.Equal(want) {
+		t.Errorf("next look at %s, want the ending run's at-risk time %s", next, want)
+	}
+}
+
+func keysOf(runs []*Run) []string {
+	var out []string
+	for _, r := range runs {
+		out = append(out, r.Key)
+	}
+	return out
+}
