@@ -156,16 +156,17 @@ func (c *cli) printUsage() {
 	for _, cmd := range commands {
 		fmt.Fprintf(&b, "%s\n            %s\n", strings.TrimRight(fmt.Sprintf("  %-9s %s", cmd.name, cmd.synopsis), " "), cmd.summary)
 	}
-	b.WriteString(`  help      print this help
+	b.WriteString(`  help      [COMMAND]
+            print this help, or the flags of a command
 
 Global flags, before or after the command:
-  -c, --collection NAME   the task collection (required but for dev, workers and version)
+  -c, --collection NAME   the task collection (required but for dev, dashboard, workers and version)
   --db NAME               the database (default $MSCHEDULER_DB, else "mscheduler")
   --uri URI               the connection string (default $MONGODB_URI)
   --connect-timeout D     how long to look for the server (default 5s)
   --version               print the version
 
-"mscheduler <command> -h" lists the flags of a command.
+"mscheduler help <command>" (or "mscheduler <command> -h") lists the flags of a command.
 `)
 	fmt.Fprint(c.stdout, b.String())
 }

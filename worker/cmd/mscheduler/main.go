@@ -58,7 +58,7 @@ func init() {
 	commands = []command{
 		{"list", "[--tag T]... [--status S]... [--group G] [--from T] [--before T] [--sort key|run_at|priority] [--limit N] [--after KEY] [--json]", "list tasks, by key or by --sort", runList},
 		{"show", "KEY [--full] [--json]", "show one task", runShow},
-		{"publish", "KEY [--params JSON] [--run-at T | --in D] [--plan SPEC] [options]", "publish a task", runPublish},
+		{"publish", "KEY [--create] [--params JSON] [--run-at T | --in D] [--plan SPEC] [options]", "publish a task (--create: into a new collection)", runPublish},
 		{"update", "KEY [update flags]", "change the options and metadata of a task", runUpdate},
 		{"pause", "KEY", "stop new runs of a task; runs going on finish", runPause},
 		{"resume", "KEY", "let a paused task run again", runResume},
