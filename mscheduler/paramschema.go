@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/paramcheck"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 )
 
@@ -29,18 +30,23 @@ import (
 
 // SetParamsSchema stores schema, a JSON Schema (draft 2020-12 unless its
 // $schema says otherwise), as the params schema of coll; nil or empty
-// removes it. A schema that does not compile is refused (field "schema")
-// and nothing is written. Tasks already stored are not checked.
+// removes it. A schema that does not compile, is over 64 KiB, or takes
+// over a second to check a simple value is refused (field "schema") and
+// nothing is written. Tasks already stored are not checked.
 func SetParamsSchema(ctx context.Context, coll *mongo.Collection, schema []byte) error {
 	meta := metaCollection(coll)
 	if len(schema) == 0 {
 		_, err := meta.DeleteOne(ctx, bson.D{{Key: "_id", Value: stored.ParamsSchemaID}})
 		return err
 	}
-	if _, err := paramcheck.Compile(schema); err != nil {
+	c, err := paramcheck.Compile(schema)
+	if err == nil {
+		err = c.Probe()
+	}
+	if err != nil {
 		return invalid("schema", "%v", err)
 	}
-	_, err := meta.UpdateOne(ctx, bson.D{{Key: "_id", Value: stored.ParamsSchemaID}},
+	_, err = meta.UpdateOne(ctx, bson.D{{Key: "_id", Value: stored.ParamsSchemaID}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "json", Value: string(schema)}}}, {Key: "$currentDate", Value: bson.D{{Key: "updated_at", Value: true}}}},
 		options.UpdateOne().SetUpsert(true))
 	return err
@@ -85,15 +91,57 @@ func paramsSchemaProblem(coll *mongo.Collection, why string) error {
 }
 
 // checkParams refuses the first task whose params the collection's schema
-// refuses, naming it and the field.
-func checkParams(c *paramcheck.Checker, docs []*taskDoc, prefixFormat string) error {
+// refuses and that this publish would store, naming it and the field.
+// Params are stored for a new key, and for an existing one under
+// UpdateParams or ResetFinished; a publish that only moves an existing
+// task's run_at (MoveRunAt), or leaves it unchanged, does not write its
+// params, so they are not held against it. Which keys exist is read only
+// for the tasks refused, so a publish that passes costs nothing more.
+func (p *Producer[P]) checkParams(ctx context.Context, docs []*taskDoc, opts *PublishOpts, prefixFormat string) error {
+	c := p.params.Load()
 	if c == nil {
 		return nil
 	}
+	var refused []int
+	var why []error
 	for i, d := range docs {
 		if err := c.Check(d.Params); err != nil {
-			return invalid(fieldName(prefixFormat, i, "Params"), "%v (the collection's params schema)", err)
+			refused, why = append(refused, i), append(why, err)
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	exists := map[string]bool{}
+	if !opts.UpdateParams && !opts.ResetFinished {
+		keys := make([]string, len(refused))
+		for j, i := range refused {
+			keys[j] = docs[i].Key
+		}
+		var err error
+		if exists, err = existingKeys(ctx, p.coll, keys); err != nil {
+			return err
+		}
+	}
+	for j, i := range refused {
+		if !exists[docs[i].Key] {
+			return invalid(fieldName(prefixFormat, i, "Params"), "%v (the collection's params schema)", why[j])
 		}
 	}
 	return nil
+}
+
+// existingKeys says which of keys are tasks of coll.
+func existingKeys(ctx context.Context, coll *mongo.Collection, keys []string) (map[string]bool, error) {
+	found, err := query.FindAll(ctx, coll, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}}}, nil, bson.D{{Key: "_id", Value: 1}}, len(keys))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(found))
+	for _, raw := range found {
+		if key, ok := raw.Lookup("_id").StringValueOK(); ok {
+			out[key] = true
+		}
+	}
+	return out, nil
 }

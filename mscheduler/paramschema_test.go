@@ -56,6 +56,18 @@ func TestParamsSchemaRefusesAtTheDoor(t *testing.T) {
 	if n := countDocs(t, coll, bson.D{}); n != 1 {
 		t.Fatalf("%d tasks stored; want only the valid one", n)
 	}
+	// Params a publish does not store are not held against it: moving an
+	// existing task's run_at (as a reschedule does, params left empty) is
+	// not refused; replacing its params with the same is.
+	later := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	if _, err := p.Publish(ctx, mscheduler.Task[mailParams]{Key: "ok", RunAt: later}, &mscheduler.PublishOpts{MoveRunAt: true}); err != nil {
+		t.Fatalf("a reschedule of an existing task was refused for params it does not write: %v", err)
+	}
+	_, err = p.Publish(ctx, mscheduler.Task[mailParams]{Key: "ok", RunAt: later}, &mscheduler.PublishOpts{UpdateParams: true})
+	wantInvalid(t, err, "Params")
+	if st := readTask(t, coll, "ok"); !st.RunAt.Equal(later) {
+		t.Errorf("the reschedule did not move run_at: %s, want %s", st.RunAt, later)
+	}
 
 	if err := mscheduler.SetParamsSchema(ctx, coll, nil); err != nil {
 		t.Fatal(err)

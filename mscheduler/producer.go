@@ -169,7 +169,7 @@ func (p *Producer[P]) publish(ctx context.Context, tasks []Task[P], opts *Publis
 	if err != nil {
 		return nil, err
 	}
-	if err := checkParams(p.params.Load(), docs, prefixFormat); err != nil {
+	if err := p.checkParams(ctx, docs, opts, prefixFormat); err != nil {
 		return nil, err
 	}
 	if opts.MoveRunAt {

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -166,9 +167,13 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 }
 
 // parseParams reads params typed as extended JSON: a document, or any
-// other value.
+// other value, and nothing after it (wrapped as {"v": ...}, "1, "x": 2"
+// would read as 1).
 func parseParams(text string) (bson.RawValue, error) {
 	var wrapped bson.Raw
+	if !json.Valid([]byte(text)) {
+		return bson.RawValue{}, &mscheduler.InvalidError{Field: "params", Reason: "must be one JSON value (extended JSON for dates and the like)"}
+	}
 	if err := bson.UnmarshalExtJSON([]byte(`{"v":`+text+`}`), false, &wrapped); err != nil {
 		return bson.RawValue{}, &mscheduler.InvalidError{Field: "params", Reason: "must be JSON (extended JSON for dates and the like): " + err.Error()}
 	}

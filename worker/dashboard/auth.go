@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 )
 
@@ -21,16 +22,21 @@ import (
 // The cookie holds a digest of the token, not the token: a cookie that
 // leaks (a browser profile, a debugging proxy) opens this dashboard until
 // its token changes, and does not give away a token that may be used
-// elsewhere. It is HttpOnly (no script reads it), SameSite=Strict (no
-// other site's page or link sends it) and, over TLS, Secure; a browser
-// sends it to the dashboard's own host name alone, so a rebound name
-// (DNS rebinding) has none. Cookies are not kept apart by port: a page on
-// another port of the same host does get it, which is why the actions'
-// CrossOriginProtection refuses same-site requests that are not
-// same-origin.
+// elsewhere. It is HttpOnly (no script reads it), SameSite=Lax and, over
+// TLS, Secure. Lax, not Strict: a login link clicked in a web mail or chat
+// is a cross-site navigation, on which a Strict cookie set by the
+// redirect is withheld, and the first page would ask for a password. Lax
+// sends it on such top-level reads only, and a read changes nothing: every
+// action is a POST, which another site's page never gets the cookie on,
+// and which CrossOriginProtection refuses unless same-origin. A browser
+// sends it to the dashboard's own host name alone, so a rebound name (DNS
+// rebinding) has none. Cookies are not kept apart by port: a page on
+// another port of the same host gets it too (CrossOriginProtection still
+// refuses that page's POSTs); its name carries a digest of the token, so
+// that two dashboards on one host do not overwrite each other's.
 
-// sessionCookie names the cookie a login link sets.
-const sessionCookie = "mscheduler_dashboard"
+// sessionCookiePrefix begins the name of the cookie a login link sets.
+const sessionCookiePrefix = "mscheduler_dashboard_"
 
 // sessionDomain keeps the session's digest apart from any other digest of
 // the token.
@@ -41,12 +47,19 @@ const sessionDomain = "mscheduler dashboard session\x00"
 type credentials struct {
 	token   [sha256.Size]byte
 	session string // the session cookie's value
+	cookie  string // and its name
 }
 
 func newCredentials(token string) credentials {
 	session := sha256.Sum256([]byte(sessionDomain + token))
-	return credentials{token: sha256.Sum256([]byte(token)), session: hex.EncodeToString(session[:])}
+	name := sha256.Sum256([]byte(cookieNameDomain + token))
+	return credentials{token: sha256.Sum256([]byte(token)), session: hex.EncodeToString(session[:]),
+		cookie: sessionCookiePrefix + hex.EncodeToString(name[:4])}
 }
+
+// cookieNameDomain keeps the digest in the cookie's name apart from the
+// others.
+const cookieNameDomain = "mscheduler dashboard cookie name\x00"
 
 func (c credentials) tokenMatches(got string) bool {
 	sum := sha256.Sum256([]byte(got))
@@ -65,7 +78,7 @@ func (c credentials) accepts(r *http.Request) bool {
 	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && c.tokenMatches(bearer) {
 		return true
 	}
-	for _, ck := range r.CookiesNamed(sessionCookie) {
+	for _, ck := range r.CookiesNamed(c.cookie) {
 		if subtle.ConstantTimeCompare([]byte(ck.Value), []byte(c.session)) == 1 {
 			return true
 		}
@@ -112,12 +125,12 @@ func linkToken(r *http.Request) (string, bool) {
 // asked for, without the token.
 func (c credentials) login(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{
-		Name:     sessionCookie,
+		Name:     c.cookie,
 		Value:    c.session,
 		Path:     cmp.Or(mountPrefix(r), "/"),
 		HttpOnly: true,
 		Secure:   r.TLS != nil,
-		SameSite: http.SameSiteStrictMode,
+		SameSite: http.SameSiteLaxMode,
 	})
 	w.Header().Set("Cache-Control", "no-store")
 	http.Redirect(w, r, withoutToken(r), http.StatusSeeOther)
@@ -153,7 +166,11 @@ func mountPrefix(r *http.Request) string {
 // start with a single slash: "//host" or "/\host" would leave the
 // dashboard.
 func withoutToken(r *http.Request) string {
-	target := "/" + strings.TrimLeft(requestPath(r), `/\`)
+	asked := requestPath(r)
+	target := "/" + strings.TrimLeft(path.Clean("/"+asked), `/\`)
+	if strings.HasSuffix(asked, "/") && !strings.HasSuffix(target, "/") {
+		target += "/" // "/jobs/" is the mount's root; "/jobs" is not
+	}
 	var kept []string
 	for _, part := range strings.Split(r.URL.RawQuery, "&") {
 		name, _, _ := strings.Cut(part, "=")

@@ -100,8 +100,8 @@ func TestLoginLink(t *testing.T) {
 		t.Fatalf("login link set %d cookies (%q), want 1", len(cookies), login.header.Values("Set-Cookie"))
 	}
 	session := cookies[0]
-	if !session.HttpOnly || session.SameSite != http.SameSiteStrictMode || session.Path != "/" || session.Secure || strings.Contains(raw, token) {
-		t.Fatalf("session cookie %q: want HttpOnly, SameSite=Strict, Path=/, not Secure over plain HTTP, without the token", raw)
+	if !session.HttpOnly || session.SameSite != http.SameSiteLaxMode || session.Path != "/" || session.Secure || strings.Contains(raw, token) {
+		t.Fatalf("session cookie %q: want HttpOnly, SameSite=Lax, Path=/, not Secure over plain HTTP, without the token", raw)
 	}
 	withCookie := func(req *http.Request) *http.Request { req.AddCookie(session); return req }
 	f.do(withCookie(f.request(http.MethodGet, login.location, nil))).want(t, "the page after login", 200, "broken-1", `value="retry"`)

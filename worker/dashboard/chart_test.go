@@ -51,3 +51,18 @@ func TestTookText(t *testing.T) {
 		}
 	}
 }
+
+// A key in a command line the page offers to copy stays one word.
+func TestShellQuote(t *testing.T) {
+	for in, want := range map[string]string{
+		"welcome-42": "welcome-42",
+		"a b":        "'a b'",
+		"x;rm -rf":   "'x;rm -rf'",
+		"it's":       `'it'\''s'`,
+		"":           "''",
+	} {
+		if got := shellQuote(in); got != want {
+			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
+		}
+	}
+}

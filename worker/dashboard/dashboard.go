@@ -44,7 +44,7 @@ type Config struct {
 	// dashboard act unless it is ReadOnly. It is taken as the password of
 	// HTTP basic authentication (any user name), which a browser asks for;
 	// as "Authorization: Bearer <token>"; or from a login link, ?token=<token>
-	// on any page, which sets a session cookie (HttpOnly, SameSite=Strict,
+	// on any page, which sets a session cookie (HttpOnly, SameSite=Lax,
 	// holding a digest of the token, not the token) and redirects to the
 	// same page without the parameter. Without a token the dashboard is
 	// read-only and answers this machine alone. Defaults to the

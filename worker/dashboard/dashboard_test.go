@@ -263,7 +263,8 @@ func TestActions(t *testing.T) {
 	f.post(f.taskPath("later-1"), url.Values{"action": {"run-now"}, "seen": {"pending,paused"}}).want(t, "run-now of a paused task", 409, "paused")
 	f.post(f.taskPath("later-1"), url.Values{"action": {"resume"}, "seen": {"pending,paused"}}).want(t, "resume", 303)
 	f.post(f.taskPath("later-1"), url.Values{"action": {"params"}, "seen": {"pending"}, "params": {`{"to": "carol@example.com"}`}}).want(t, "edit params", 303)
-	f.post(f.taskPath("later-1"), url.Values{"action": {"params"}, "seen": {"pending"}, "params": {`{to: carol`}}).want(t, "bad params", 400, "params", "must be JSON")
+	f.post(f.taskPath("later-1"), url.Values{"action": {"params"}, "seen": {"pending"}, "params": {`{to: carol`}}).want(t, "bad params", 400, "params", "must be one JSON value")
+	f.post(f.taskPath("later-1"), url.Values{"action": {"params"}, "seen": {"pending"}, "params": {`{"to": "x"}, 5`}}).want(t, "params and more", 400, "params", "must be one JSON value")
 	f.post(f.taskPath("later-1"), url.Values{"action": {"reschedule"}, "seen": {"pending"}, "run_at": {"2031-05-06T07:08:09"}}).want(t, "reschedule", 303)
 	f.post(f.taskPath("later-1"), url.Values{"action": {"reschedule"}, "seen": {"pending"}, "run_at": {"tomorrow"}}).want(t, "bad run_at", 400, "run_at")
 	if ti, err := f.producer.Get(t.Context(), "later-1"); err != nil || ti.Task.Params.To != "carol@example.com" ||

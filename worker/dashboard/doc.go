@@ -25,7 +25,7 @@
 // read-only too. With a token every request needs it: as the basic-auth
 // password, a Bearer header, or once per browser session from a login
 // link, ?token=<token> on any page, which sets a session cookie (HttpOnly,
-// SameSite=Strict, a digest of the token) and redirects to the page
+// SameSite=Lax, a digest of the token) and redirects to the page
 // without the parameter. "mscheduler dashboard" makes a token at each
 // start and prints that link, unless it is --read-only or the environment
 // sets one.

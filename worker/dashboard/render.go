@@ -86,16 +86,17 @@ func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, status int, mes
 }
 
 var funcs = template.FuncMap{
-	"when":      when,
-	"utc":       func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-	"inZone":    inZone,
-	"json":      prettyJSON,
-	"join":      strings.Join,
-	"ms":        func(d time.Duration) string { return d.Round(time.Millisecond).String() },
-	"took":      tookText,
-	"add":       func(a, b int) int { return a + b },
-	"truncated": truncated,
-	"errorText": splitError,
+	"when":       when,
+	"utc":        func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"inZone":     inZone,
+	"json":       prettyJSON,
+	"join":       strings.Join,
+	"ms":         func(d time.Duration) string { return d.Round(time.Millisecond).String() },
+	"took":       tookText,
+	"shellQuote": shellQuote,
+	"add":        func(a, b int) int { return a + b },
+	"truncated":  truncated,
+	"errorText":  splitError,
 }
 
 // errorLines is a run's error text split for the history table: its first
@@ -195,4 +196,15 @@ func tookText(started, finished time.Time) string {
 		return "-"
 	}
 	return finished.Sub(started).Round(time.Millisecond).String()
+}
+
+// shellQuote quotes s for a POSIX shell, for a command line a person
+// copies from a page: a key may hold any character.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:@", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -32,14 +32,15 @@ func TestTaskPageBoundsParams(t *testing.T) {
 	}
 	f.get(f.taskPath("welcome-1")).want(t, "small params", http.StatusOK, `<textarea name="params"`)
 
-	if _, err := f.producer.Publish(f.t.Context(), mscheduler.Task[email]{Key: "bare", Source: " "}, nil); err != nil {
+	if _, err := f.producer.Publish(f.t.Context(), mscheduler.Task[email]{Key: "bare"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	pg = f.get(f.taskPath("big"))
-	pg.want(t, "tags without a source", http.StatusOK, "<dt>tags</dt><dd>mail</dd>")
+	pg.want(t, "tags", http.StatusOK, "<dt>tags</dt><dd>mail</dd>")
 	if strings.Contains(pg.body, "; mail") {
 		t.Error("a task page shows a stray separator before its tags")
 	}
+	f.get(f.taskPath("bare")).want(t, "no tags", http.StatusOK, "<dt>tags</dt><dd>-</dd>")
 }
 
 // The overview's Schedules link names no collection: the page shows the

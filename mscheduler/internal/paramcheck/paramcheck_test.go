@@ -1,8 +1,11 @@
 package paramcheck
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -73,5 +76,41 @@ func TestCompileRefuses(t *testing.T) {
 	}
 	if _, err := Compile([]byte(`{"$defs": {"addr": {"type": "string"}}, "properties": {"to": {"$ref": "#/$defs/addr"}}}`)); err != nil {
 		t.Errorf("a $ref within the schema: %v", err)
+	}
+}
+
+// slowSchema nests anyOf levels deep, each referring twice to the next:
+// the work doubles at each level, the text stays small.
+func slowSchema(levels int) string {
+	var b strings.Builder
+	b.WriteString(`{"$ref": "#/$defs/l0", "$defs": {`)
+	for i := range levels {
+		fmt.Fprintf(&b, `"l%d": {"anyOf": [{"$ref": "#/$defs/l%d"}, {"$ref": "#/$defs/l%d"}]}, `, i, i+1, i+1)
+	}
+	fmt.Fprintf(&b, `"l%d": {"not": {}}}}`, levels)
+	return b.String()
+}
+
+// A schema whose checks would take minutes is refused by Probe, and a
+// check against it gives up at CheckBudget; while one such check still
+// runs, the next ones are refused at once.
+func TestSlowSchemaIsBounded(t *testing.T) {
+	c, err := Compile([]byte(slowSchema(30)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Probe(); !errors.Is(err, ErrTooSlow) {
+		t.Fatalf("Probe: %v, want ErrTooSlow", err)
+	}
+	start := time.Now()
+	if err := c.Check(value(t, "x")); !errors.Is(err, ErrTooSlow) || time.Since(start) > 100*time.Millisecond {
+		t.Errorf("a check while another overruns: %v after %s; want ErrTooSlow at once", err, time.Since(start))
+	}
+	if _, err := Compile([]byte(`{"description": "` + strings.Repeat("x", MaxSchemaBytes) + `"}`)); err == nil || !strings.Contains(err.Error(), "over") {
+		t.Errorf("a schema over MaxSchemaBytes: %v", err)
+	}
+	fast, err := Compile([]byte(slowSchema(3)))
+	if err != nil || fast.Probe() != nil {
+		t.Errorf("a shallow schema of the same shape: %v, %v", err, fast.Probe())
 	}
 }

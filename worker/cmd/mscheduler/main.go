@@ -73,7 +73,7 @@ func init() {
 		{"workers", "[--json]", "list the worker processes, live and stale", runWorkers},
 		{"params-schema", "[--set FILE | --remove]", "show, set or remove the JSON Schema that published params must satisfy", runParamsSchema},
 		{"migrate", "[--create]", "bring the collection to this build's schema version and create its indexes", runMigrate},
-		{"work", "--exec CMD [--capacity N] [--worker-id ID] [--groups G,...] [--quiet]", "serve the collection from here: each run executes a shell command", runWork},
+		{"work", "--exec CMD [--capacity N] [--worker-id ID] [--groups G,...] [--shutdown-timeout D] [--quiet]", "serve the collection from here: each run executes a shell command", runWork},
 		{"dashboard", "[--addr A] [--read-only] [--allow-host NAME]", "serve the web dashboard (with no server set: the development server with demo tasks)", runDashboard},
 		{"dev", "[--addr A] [--data DIR]", "run the development server for mongosh, Compass and the examples", runDev},
 		{"version", "", "print the version", runVersion},

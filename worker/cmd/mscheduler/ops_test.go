@@ -49,7 +49,8 @@ func TestPublish(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"publish", "x", "--params", "{not json"}, exitUsage, "--params must be JSON"},
+		{[]string{"publish", "x", "--params", "{not json"}, exitUsage, "--params must be one JSON value"},
+		{[]string{"publish", "x", "--params", `1, "w": 2`}, exitUsage, "--params must be one JSON value"},
 		{[]string{"publish", "x", "--plan", "hourly"}, exitUsage, "--plan must start with"},
 		{[]string{"publish", "x", "--plan", "every 5m", "--missed", "never"}, exitUsage, `publish "x": --missed: `},
 		{[]string{"publish", "x", "--plan", "every 5m", "--zone", "Mars/Base"}, exitUsage, `publish "x": --zone: unknown time zone`},
@@ -57,6 +58,7 @@ func TestPublish(t *testing.T) {
 		{[]string{"publish", "x", "--max-retries", "-4"}, exitUsage, `--max-retries: must be -1 (no retries) or more`},
 		{[]string{"publish", "x", "--in", "-5m"}, exitUsage, "--in must not be negative"},
 		{[]string{"publish", "x", "--zone", "UTC"}, exitUsage, "need --plan"},
+		{[]string{"publish", "x", "--plan", "every 5m", "--in", "1h"}, exitUsage, "--run-at and --in do not go with --plan"},
 		{[]string{"publish", "x", "--ping-interval", "5"}, exitUsage, "with a unit"},
 		{[]string{"publish", "x", "--concurrency", "-2"}, exitUsage, `publish "x": --concurrency: must be at least 1`},
 		{[]string{"publish", "x", "--run-at", "tomorrow"}, exitUsage, "RFC 3339"},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"time"
@@ -63,6 +64,9 @@ func (f *publishFlags) task(key string) (mscheduler.Task[bson.RawValue], error) 
 		Description: f.description, Source: f.source, Tags: f.tags,
 		Params: bson.RawValue{Type: bson.TypeNull},
 	}
+	if f.plan != "" && (f.in != 0 || !f.runAt.IsZero()) {
+		return t, usageErrorf("publish: --run-at and --in do not go with --plan: the plan sets when it runs (see --start)")
+	}
 	if f.in < 0 {
 		return t, usageErrorf("publish: --in must not be negative, got %s (give --run-at for a time in the past)", f.in)
 	}
@@ -74,6 +78,9 @@ func (f *publishFlags) task(key string) (mscheduler.Task[bson.RawValue], error) 
 	}
 	if f.params != "" {
 		var wrapped bson.Raw
+		if !json.Valid([]byte(f.params)) {
+			return t, usageErrorf("publish: --params must be one JSON value, like '{\"to\":\"ada@example.com\"}'")
+		}
 		if err := bson.UnmarshalExtJSON([]byte(`{"v":`+f.params+`}`), false, &wrapped); err != nil {
 			return t, usageErrorf("publish: --params must be JSON, like '{\"to\":\"ada@example.com\"}': %v", err)
 		}

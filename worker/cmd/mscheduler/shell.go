@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,7 +21,8 @@ import (
 
 // shellHandler runs a task by executing command with sh -c:
 //   - stdin is the params as relaxed extended JSON ("null" when none);
-//   - the environment adds MSCHEDULER_KEY, MSCHEDULER_RUN_ID,
+//   - the environment is the worker's, less its secrets (MONGODB_URI,
+//     MSCHEDULER_DASHBOARD_TOKEN), plus MSCHEDULER_KEY, MSCHEDULER_RUN_ID,
 //     MSCHEDULER_ATTEMPT, MSCHEDULER_COLLECTION, and MSCHEDULER_PARAM_<name>
 //     for each top-level string, number or boolean of document params
 //     whose name is a shell name;
@@ -40,13 +43,12 @@ func (h shellHandler) run(ctx context.Context, task *mscheduler.Task[bson.RawVal
 	}
 	cmd := exec.CommandContext(ctx, "sh", "-c", h.command)
 	cmd.Stdin = bytes.NewReader(stdin)
-	cmd.Env = append(os.Environ(), h.env(task)...)
+	cmd.Env = append(commandEnviron(), h.env(task)...)
 	// The command's children are stopped with it: a shell waiting on one
 	// would leave it running, and holding the output open.
 	ownGroup(cmd)
-	var kill *time.Timer
 	cmd.Cancel = func() error {
-		kill = time.AfterFunc(workStopGrace, func() { _ = signalGroup(cmd, syscall.SIGKILL) })
+		time.AfterFunc(workStopGrace, func() { _ = signalGroup(cmd, syscall.SIGKILL) })
 		return signalGroup(cmd, syscall.SIGTERM)
 	}
 	cmd.WaitDelay = workStopGrace + time.Second // then the output is closed, whatever holds it
@@ -54,14 +56,13 @@ func (h shellHandler) run(ctx context.Context, task *mscheduler.Task[bson.RawVal
 	stderr := &capped{max: maxWorkErrors, keepEnd: true}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	err = cmd.Run()
-	if kill != nil {
-		kill.Stop()
-	}
 	if ctx.Err() != nil {
+		// The kill stays armed: the shell may have ended at SIGTERM while
+		// children that ignore it go on.
 		return bson.RawValue{}, context.Cause(ctx)
 	}
 	if err != nil {
-		msg := strings.TrimSpace(stderr.String())
+		msg := strings.ToValidUTF8(strings.TrimSpace(stderr.String()), "\uFFFD")
 		if msg == "" {
 			return bson.RawValue{}, err
 		}
@@ -93,6 +94,22 @@ func (h shellHandler) env(task *mscheduler.Task[bson.RawValue]) []string {
 		}
 	}
 	return env
+}
+
+// secretVariables are the worker's own secrets: a command is given the
+// worker's environment without them.
+var secretVariables = []string{"MONGODB_URI", "MSCHEDULER_DASHBOARD_TOKEN"}
+
+// commandEnviron is the environment a command starts with.
+func commandEnviron() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(secretVariables, name) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // shellName is a name the shell can expand.
@@ -128,14 +145,14 @@ func paramsJSON(v bson.RawValue) ([]byte, error) {
 	return bytes.TrimSuffix(bytes.TrimPrefix(wrapped, []byte(`{"v":`)), []byte("}")), nil
 }
 
-// resultOf reads what a command printed: JSON as what it says, anything
-// else as a string.
+// resultOf reads what a command printed: one JSON value as what it says,
+// anything else (text, or JSON followed by more) as a string.
 func resultOf(out []byte) (bson.RawValue, error) {
 	var wrapped bson.Raw
-	if len(out) > 0 && bson.UnmarshalExtJSON([]byte(`{"v":`+string(out)+`}`), false, &wrapped) == nil {
+	if json.Valid(out) && bson.UnmarshalExtJSON([]byte(`{"v":`+string(out)+`}`), false, &wrapped) == nil {
 		return wrapped.Lookup("v"), nil
 	}
-	raw, err := bson.Marshal(bson.D{{Key: "v", Value: string(out)}})
+	raw, err := bson.Marshal(bson.D{{Key: "v", Value: strings.ToValidUTF8(string(out), "\uFFFD")}})
 	if err != nil {
 		return bson.RawValue{}, err
 	}

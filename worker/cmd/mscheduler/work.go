@@ -25,6 +25,8 @@ func runWork(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error
 	capacity := fs.Int("capacity", mscheduler.CapacityDefault, "runs at once")
 	workerID := fs.String("worker-id", "", "this worker's `id` in the task documents (default: host-pid-random)")
 	fs.Var(&groups, "groups", "comma-separated worker `groups` of this worker (default: none)")
+	shutdown := worker.ShutdownTimeoutDefault
+	durationVar(fs, &shutdown, "shutdown-timeout", "at Ctrl-C, how long runs going may go on before their commands get SIGTERM")
 	quiet := fs.Bool("quiet", false, "log warnings and errors only (failed runs are warnings)")
 	args, err := c.parseArgs(fs, args)
 	if err != nil {
@@ -38,6 +40,8 @@ func runWork(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error
 		return usageErrorf("work: --exec is required, like --exec 'cat' (the params back as the result)")
 	case *capacity < 1:
 		return usageErrorf("work: --capacity must be at least 1, got %d", *capacity)
+	case shutdown < 0:
+		return usageErrorf("work: --shutdown-timeout must not be negative, got %s", shutdown)
 	}
 	if _, err := exec.LookPath("sh"); err != nil {
 		return &opError{msg: "work: --exec runs its command with sh, which is not on PATH", err: err}
@@ -52,7 +56,7 @@ func runWork(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error
 		level = slog.LevelWarn
 	}
 	w, err := worker.New(ctx, worker.Config{
-		URI: c.uri, Database: c.db, WorkerID: *workerID, Groups: groups,
+		URI: c.uri, Database: c.db, WorkerID: *workerID, Groups: groups, ShutdownTimeout: shutdown,
 		Logger: slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {
@@ -64,6 +68,10 @@ func runWork(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error
 		return workError(err)
 	}
 	fmt.Fprintf(c.stderr, "serving %s.%s as worker %s with %d slot%s; Ctrl-C stops\n", c.db, c.collection, w.ID(), *capacity, plural(*capacity))
+	stopping := context.AfterFunc(ctx, func() {
+		fmt.Fprintf(c.stderr, "stopping: runs going may end within %s (--shutdown-timeout); then their commands get SIGTERM, and their runs are released\n", shutdown)
+	})
+	defer stopping()
 	if err := w.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return workError(err)
 	}

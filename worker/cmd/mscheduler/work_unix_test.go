@@ -24,6 +24,8 @@ const workScript = `case "$MSCHEDULER_KEY" in
 json) cat ;;
 text) echo "hello $MSCHEDULER_PARAM_name, attempt $MSCHEDULER_ATTEMPT of $MSCHEDULER_COLLECTION" ;;
 bad) echo "first line" >&2; echo "no recipient" >&2; exit 3 ;;
+trailing) echo '1, "w": 2' ;;
+secret) echo "uri=${MONGODB_URI:-none}" ;;
 slow) sleep 60 & echo "$!" > "$PID_FILE"; wait ;;
 esac`
 
@@ -44,6 +46,8 @@ func TestWork(t *testing.T) {
 		{Key: "json", Params: bson.M{"a": int32(1), "b": bson.A{true, "x"}}},
 		{Key: "text", Params: bson.M{"name": "ada", "not-a-name": "skipped"}},
 		{Key: "bad", MaxRetries: mscheduler.NoRetries, MaxFailedRuns: 1},
+		{Key: "trailing"},
+		{Key: "secret"},
 		{Key: "slow"},
 	}
 	if _, err := p.PublishMany(ctx, tasks, nil); err != nil {
@@ -78,6 +82,13 @@ func TestWork(t *testing.T) {
 		t.Errorf("bad: %s with error %q; want failed with the exit status and stderr", bad.Outcome, bad.Error)
 	}
 
+	if s, ok := waitRun(ctx, t, p, "trailing").Result.StringValueOK(); !ok || s != `1, "w": 2` {
+		t.Errorf("trailing: JSON followed by more is stored as %v; want the text as printed", s)
+	}
+	if s, _ := waitRun(ctx, t, p, "secret").Result.StringValueOK(); s != "uri=none" {
+		t.Errorf("the command saw the worker's MONGODB_URI: %q", s)
+	}
+
 	pid := waitPID(ctx, t, pidFile)
 	if err := p.Cancel(ctx, "slow"); err != nil {
 		t.Fatal(err)
@@ -101,7 +112,8 @@ func TestWork(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("work did not stop after Ctrl-C")
 	}
-	if !strings.Contains(stderr.String(), "serving "+mschedulertest.Database+"."+coll.Name()+" as worker shell-1") {
+	if !strings.Contains(stderr.String(), "serving "+mschedulertest.Database+"."+coll.Name()+" as worker shell-1") ||
+		!strings.Contains(stderr.String(), "stopping: runs going may end within 30s") {
 		t.Errorf("stderr %q does not say what it serves", stderr.String())
 	}
 }
@@ -120,14 +132,20 @@ func waitRun(ctx context.Context, t *testing.T, p *mscheduler.Producer[bson.M], 
 	return last
 }
 
-// alive says the process pid runs: it exists and is no zombie (an orphan
-// killed may wait a moment for its reaper).
+// alive says the process pid runs: it exists and is no zombie. A zombie
+// is an orphan killed that waits for its reaper; where /proc cannot tell,
+// the reaper is given a moment.
 func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
+	for range 50 {
+		if syscall.Kill(pid, 0) != nil {
+			return false
+		}
+		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			return !bytes.Contains(stat, []byte(") Z "))
+		}
+		time.Sleep(100 * time.Millisecond) // no event says a reaper ran
 	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	return err != nil || !bytes.Contains(stat, []byte(") Z "))
+	return true
 }
 
 // waitPID waits for the slow command to write the pid of its child.
