@@ -118,8 +118,9 @@ type Pinger struct {
 	inflight int             // pings in flight; owned by the loop
 	sending  sync.WaitGroup  // ping goroutines
 
-	// latency is the average round trip of a ping; owned by the loop.
-	latency time.Duration
+	// latency is the average round trip of a ping, and peak the slowest
+	// of late, decaying toward the average; owned by the loop.
+	latency, peak time.Duration
 	// pressed counts the runs whose lease is within twice a ping's
 	// reserve of lapsing: written by the loop at each tick, read by the
 	// claim loop, which then lets the pings go first.
@@ -370,7 +371,12 @@ func (p *Pinger) pingAt(r *Run) time.Time {
 // twice the pings' round trip.
 const reserveMargin = 100 * time.Millisecond
 
-func (p *Pinger) reserve() time.Duration { return 2*p.latency + reserveMargin }
+// reserve is the lease a ping must have left when it is sent: twice the
+// slowest round trip of late, and a margin. The average would do on a
+// steady server; on a busy one round trips vary threefold from one command
+// to the next, and a ping sent with the average's reserve arrives after
+// the lease lapsed when it meets a slow one.
+func (p *Pinger) reserve() time.Duration { return 2*max(p.latency, p.peak) + reserveMargin }
 
 // send starts one ping of runs, bounded by the earliest of their leases: a
 // ping answered after a lease lapsed is worth nothing for that run, and
@@ -475,6 +481,11 @@ func (p *Pinger) took(r *Run, d time.Duration) {
 		p.latency = d
 	} else {
 		p.latency += time.Duration(latencyWeight * float64(d-p.latency))
+	}
+	if d >= p.peak {
+		p.peak = d
+	} else {
+		p.peak -= time.Duration(latencyWeight * float64(p.peak-max(d, p.latency)))
 	}
 	if p.budget != nil {
 		p.budget.Succeeded()

@@ -111,3 +111,24 @@ func keysOf(runs []*Run) []string {
 	}
 	return out
 }
+
+// The reserve a ping is sent with covers the slow round trips of late, not
+// only their average: on a busy server one in a few takes several times
+// the others, and a ping that meets it must still land within the lease.
+// It comes back down as the slow ones stop.
+func TestReserveCoversTheSlowRoundTrips(t *testing.T) {
+	p := &Pinger{}
+	r := &Run{}
+	for _, d := range []time.Duration{time.Second, time.Second, 6 * time.Second, time.Second} {
+		p.took(r, d)
+	}
+	if got := p.reserve(); got < 2*5*time.Second {
+		t.Fatalf("reserve %s after a 6 s round trip among 1 s ones (average %s); want at least 10 s", got, p.latency)
+	}
+	for range 40 {
+		p.took(r, time.Second)
+	}
+	if got := p.reserve(); got > 2*1100*time.Millisecond+reserveMargin {
+		t.Errorf("reserve %s after 40 round trips of 1 s; want it back near 2 s", got)
+	}
+}
