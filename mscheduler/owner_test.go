@@ -19,7 +19,7 @@ var updateOperators = []string{"$set", "$unset", "$inc", "$min", "$max", "$push"
 // metaWriters write the collections beside the task collection (its
 // metadata, the workers registry), never a task: they may build updates
 // of their own documents.
-var metaWriters = []string{"registry.go", "schema.go", filepath.Join("internal", "upkeep", "maintain.go"), filepath.Join("internal", "peers", "peers.go")}
+var metaWriters = []string{"registry.go", "schema.go", "paramschema.go", filepath.Join("internal", "upkeep", "maintain.go"), filepath.Join("internal", "peers", "peers.go")}
 
 // TestOnlyTheOwnerWritesTaskState holds the design rule that makes a
 // status-bound field forgotten by one path impossible: no code of the
