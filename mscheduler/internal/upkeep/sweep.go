@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
@@ -37,6 +39,11 @@ const sweepSkipFor = time.Minute
 // Sweep reads, with one query, the tasks whose next_expiry falls before
 // horizon, earliest first; frees the runs whose lease lapsed before now; and
 // returns the earliest next_expiry still ahead, when the next sweep is due.
+//
+// The expiries of a sweep are written together, in one command, and only
+// those that did not apply are written one by one: on a slow server a
+// sweep of many lapsed runs, each its own command, took longer than the
+// leases it was there to keep short, and held the upkeep loop meanwhile.
 func (w *Worker) Sweep(ctx context.Context, skips *SweepSkips, now, horizon time.Time) (time.Time, error) {
 	opts := options.Find().
 		SetSort(bson.D{{Key: stored.FNextExpiry, Value: 1}}).
@@ -54,20 +61,30 @@ func (w *Worker) Sweep(ctx context.Context, skips *SweepSkips, now, horizon time
 	if err := cur.All(ctx, &raws); err != nil {
 		return time.Time{}, fmt.Errorf("mscheduler: sweep: %w", err)
 	}
-	progress := false
+	var next time.Time
+	var plans []*sweepPlan
 	for _, raw := range raws {
-		if next, ok := raw.Lookup(stored.FNextExpiry).TimeOK(); ok && !next.Before(now) {
-			return next, nil
+		if at, ok := raw.Lookup(stored.FNextExpiry).TimeOK(); ok && !at.Before(now) {
+			next = at
+			break
 		}
-		wrote, err := w.sweepTask(ctx, raw, now)
+		plans = append(plans, w.planSweep(raw, now))
+	}
+	w.expireTogether(ctx, plans)
+	progress := false
+	for _, pl := range plans {
+		wrote, err := w.finishSweep(ctx, pl)
 		if err != nil {
 			// Most likely the server, not the task: the next sweep tries it
 			// again.
 			w.Report.Error(err)
 		} else if !wrote {
-			skips.add(raw, now.Add(sweepSkipFor))
+			skips.add(pl.raw, now.Add(sweepSkipFor))
 		}
 		progress = progress || wrote
+	}
+	if !next.IsZero() {
+		return next, nil
 	}
 	if len(raws) == SweepBatch && progress {
 		return now, nil // a full batch of lapsed leases: sweep again at once
@@ -75,33 +92,106 @@ func (w *Worker) Sweep(ctx context.Context, skips *SweepSkips, now, horizon time
 	return time.Time{}, nil
 }
 
-// sweepTask expires the task's lapsed runs, or raises its stale
-// next_expiry, or sets it invalid when it cannot be swept as stored. It
-// reports whether a write applied.
-func (w *Worker) sweepTask(ctx context.Context, raw bson.Raw, now time.Time) (bool, error) {
+// sweepPlan is what a sweep does to one task it read: set it invalid, or
+// expire its lapsed runs, or raise its stale next_expiry.
+type sweepPlan struct {
+	raw      bson.Raw
+	task     *stored.Task
+	problem  *stored.Problem // set: the task cannot be swept as stored
+	expiries []*expiry
+	earliest time.Time // the earliest lease still valid
+}
+
+// expiry is the end of one lapsed run; applied says the sweep's command
+// of expiries wrote it.
+type expiry struct {
+	workerID string
+	holder   stored.Holder
+	end      *runend.End
+	applied  bool
+}
+
+// planSweep reads what the sweep does to the task raw.
+func (w *Worker) planSweep(raw bson.Raw, now time.Time) *sweepPlan {
 	t, probs := stored.DecodeFields(raw)
 	if p := stored.HolderDatesProblem(raw); p != nil {
 		probs = append(probs, p) // a lease no fence can match
 	}
+	pl := &sweepPlan{raw: raw, task: t}
 	for _, prob := range probs {
 		if prob.Field == stored.FHolders || strings.HasPrefix(prob.Field, stored.FHolders+".") || prob.Field == stored.WholeDocument {
 			// Its runs cannot be told apart: out of the sweep's range, set
 			// invalid. Its holders, if any live, end their runs themselves.
-			return w.Quarantine(ctx, NewQuarantine(raw, prob, taskstate.FoundAtSweep))
+			pl.problem = prob
+			return pl
 		}
 	}
-	wrote, lapsed := false, 0
-	var failed error
-	var earliest time.Time // the earliest lease still valid
 	for workerID, h := range t.Holders {
-		if lease := taskstate.EffectiveLease(h, stored.FromMS(t.WorkerTimeoutMS)); !lease.Before(now) {
-			if earliest.IsZero() || lease.Before(earliest) {
-				earliest = lease
+		lease := taskstate.EffectiveLease(h, stored.FromMS(t.WorkerTimeoutMS))
+		if !lease.Before(now) {
+			if pl.earliest.IsZero() || lease.Before(pl.earliest) {
+				pl.earliest = lease
 			}
 			continue
 		}
-		lapsed++
-		ok, err := w.expire(ctx, raw, t, workerID, h, now)
+		pl.expiries = append(pl.expiries, &expiry{workerID: workerID, holder: h, end: w.expiryEnd(t, workerID, h, now)})
+	}
+	return pl
+}
+
+// expireTogether writes the expiries of the plans in as few commands as
+// the bound on statements allows, marking those that applied. One that
+// did not (a ping, an end or another sweep came first, or its task moved
+// between cases) is left to be written alone, where a miss is sorted out;
+// so is every one of a command that failed, whose statements may or may
+// not have applied: written alone, an applied one is told from a takeover
+// by the record it left.
+func (w *Worker) expireTogether(ctx context.Context, plans []*sweepPlan) {
+	var batch []*expiry
+	var models []mongo.WriteModel
+	for _, pl := range plans {
+		for _, x := range pl.expiries {
+			if c, ok := x.end.Likely(); ok {
+				batch = append(batch, x)
+				models = append(models, mongo.NewUpdateOneModel().SetFilter(x.end.Filter(c)).SetUpdate(x.end.Update(c)))
+			}
+		}
+	}
+	if len(models) < 2 {
+		return // alone, each takes the plain path
+	}
+	for len(models) > 0 {
+		n := min(len(models), query.MaxStatements)
+		res, err := w.Coll.BulkWrite(ctx, models[:n], options.BulkWrite().SetOrdered(false))
+		if err == nil && res.MatchedCount == int64(n) {
+			for _, x := range batch[:n] {
+				x.applied = true
+			}
+		}
+		batch, models = batch[n:], models[n:]
+	}
+}
+
+// finishSweep completes the plan of one task: the expiries the command of
+// them did not apply, one by one; the records and reports of those that
+// applied; or the repair of its bound, or its quarantine. It reports
+// whether a write applied.
+func (w *Worker) finishSweep(ctx context.Context, pl *sweepPlan) (bool, error) {
+	if pl.problem != nil {
+		return w.Quarantine(ctx, NewQuarantine(pl.raw, pl.problem, taskstate.FoundAtSweep))
+	}
+	if len(pl.expiries) == 0 {
+		return w.repairExpiry(ctx, pl.raw, pl.earliest)
+	}
+	wrote := false
+	var failed error
+	for _, x := range pl.expiries {
+		ok, err := true, error(nil)
+		if x.applied {
+			w.expired(pl.task, x)
+		} else {
+			ok, err = w.expire(ctx, pl.raw, pl.task, x)
+		}
 		if err != nil {
 			failed = cmp.Or(failed, err)
 		}
@@ -117,12 +207,8 @@ func (w *Worker) sweepTask(ctx context.Context, raw bson.Raw, now time.Time) (bo
 		// The task's next_expiry moved with the writes, or is still due:
 		// the next sweep sees the truth.
 		w.Report.Wake()
-		return true, nil
 	}
-	if lapsed == 0 {
-		return w.repairExpiry(ctx, raw, earliest)
-	}
-	return false, nil // every expiry missed: the task moved meanwhile
+	return wrote, nil // every expiry missed: the task moved meanwhile
 }
 
 func expiredRecord(workerID string, h stored.Holder, lease, now time.Time, planned *time.Time) stored.RunRecord {
@@ -133,13 +219,12 @@ func expiredRecord(workerID string, h stored.Holder, lease, now time.Time, plann
 	}
 }
 
-// expire records a lapsed run as expired and frees its slot, fenced on the
-// run and on its lease being the lapsed one read (no ping since). A task
-// whose run end the server refuses (a field of the wrong type) has the run
-// ended and is set invalid. It reports whether a write applied.
-func (w *Worker) expire(ctx context.Context, raw bson.Raw, t *stored.Task, workerID string, h stored.Holder, now time.Time) (bool, error) {
+// expiryEnd is the end of a lapsed run: recorded expired and its slot
+// freed, fenced on the run and on its lease being the lapsed one read (no
+// ping since).
+func (w *Worker) expiryEnd(t *stored.Task, workerID string, h stored.Holder, now time.Time) *runend.End {
 	lease := taskstate.EffectiveLease(h, stored.FromMS(t.WorkerTimeoutMS))
-	end := &runend.End{Key: t.Key, End: taskstate.End{
+	return &runend.End{Key: t.Key, End: taskstate.End{
 		ID:            t.RawID,
 		WorkerID:      workerID,
 		Fence:         taskstate.LeaseFence(t.RawID, workerID, h.Run, h.LeaseUntil),
@@ -151,13 +236,20 @@ func (w *Worker) expire(ctx context.Context, raw bson.Raw, t *stored.Task, worke
 		Retention:     w.Retention,
 		Advance:       w.Advance(t, h.Started, now),
 	}}
+}
+
+// expire writes one expiry alone. A task whose run end the server refuses
+// (a field of the wrong type) has the run ended and is set invalid. It
+// reports whether a write applied.
+func (w *Worker) expire(ctx context.Context, raw bson.Raw, t *stored.Task, x *expiry) (bool, error) {
+	end := x.end
 	err := end.Write(ctx, w.Coll)
 	switch {
 	case errors.Is(err, runend.ErrGone): // the holder pinged, ended or was swept meanwhile
 		return false, nil
 	case runend.Unwritable(err):
 		_, prob := w.ProblemOf(ctx, end.Fence, err)
-		q := NewQuarantine(raw, prob, taskstate.FoundAtSweep).Ending(workerID, h.Run, &end.Record, h.LeaseUntil)
+		q := NewQuarantine(raw, prob, taskstate.FoundAtSweep).Ending(x.workerID, x.holder.Run, &end.Record, x.holder.LeaseUntil)
 		ok, qerr := w.Quarantine(ctx, q)
 		if ok {
 			w.History.Add(t.Key, end.Record)
@@ -166,10 +258,15 @@ func (w *Worker) expire(ctx context.Context, raw bson.Raw, t *stored.Task, worke
 	case err != nil:
 		return false, err
 	}
-	w.History.Add(t.Key, end.Record)
-	w.Log.Info("run expired; slot freed", "key", t.Key, "run_id", h.Run, "holder", workerID)
-	w.Report.Expired(t.Key, h.Run, workerID)
+	w.expired(t, x)
 	return true, nil
+}
+
+// expired records and reports an expiry that applied.
+func (w *Worker) expired(t *stored.Task, x *expiry) {
+	w.History.Add(t.Key, x.end.Record)
+	w.Log.Info("run expired; slot freed", "key", t.Key, "run_id", x.holder.Run, "holder", x.workerID)
+	w.Report.Expired(t.Key, x.holder.Run, x.workerID)
 }
 
 // repairExpiry raises a stale next_expiry to the earliest lease still held,
