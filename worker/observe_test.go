@@ -237,3 +237,37 @@ func TestDashboardOnTheListener(t *testing.T) {
 		t.Errorf("a POST to the tokenless dashboard answered %d, want 403", resp.StatusCode)
 	}
 }
+
+// An action on the dashboard of a worker's listener sends the browser on
+// to a page under /dashboard/, not to the listener's root, where there is
+// none.
+func TestDashboardActionStaysUnderItsPrefix(t *testing.T) {
+	name := collectionName(t)
+	w := newWorker(t, worker.Config{HTTPAddr: "127.0.0.1:0", WorkerID: "acting-dashboard",
+		Dashboard: &dashboard.Config{Collections: []string{name}, Token: "t0k"}})
+	ev := mschedulertest.NewEvents()
+	if err := worker.Register(w, name, add, fastConsumer(ev)); err != nil {
+		t.Fatal(err)
+	}
+	stop := runWorker(t, w)
+	defer func() { _ = stop() }()
+	publish(t, name, mscheduler.Task[sum]{Key: "a", Params: sum{A: 1, B: 2}})
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
+	base := "http://" + w.HTTPAddr() + "/dashboard/"
+	req, err := http.NewRequest(http.MethodPost, base+"task?c="+name+"&key=a", strings.NewReader(url.Values{"action": {"delete"}, "seen": {"succeeded"}}.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "http://"+w.HTTPAddr())
+	req.Header.Set("Authorization", "Bearer t0k")
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/dashboard/tasks?") {
+		t.Errorf("delete answered %d to %q; want 303 to /dashboard/tasks?...", resp.StatusCode, loc)
+	}
+}

@@ -83,7 +83,10 @@ func (w *Worker) serveHTTP() (*http.Server, error) {
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
 		if err := w.client.Ping(ctx, nil); err != nil {
-			http.Error(rw, "server not answering: "+err.Error(), http.StatusServiceUnavailable)
+			// The probe's answer is public to whoever reaches the port: the
+			// driver's error (hosts, topology) goes to the log.
+			w.log.Warn("readiness: the server did not answer a ping", "error", err)
+			http.Error(rw, "server not answering (the worker's log has the error)", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(rw, "ok")

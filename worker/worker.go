@@ -19,6 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/connstring"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
 	"github.com/mscheduler/mscheduler/worker/devserver"
@@ -499,24 +500,25 @@ func (w *Worker) discovery(ctx context.Context, consumers []*consumer) map[strin
 	return out
 }
 
-// redact hides the password of a connection string. (url.Parse refuses
-// the host lists of replica-set URIs, so this is done by hand.)
+// redact is a connection string as logs may show it: its hosts and
+// database, nothing else. A password may hold any character ("?", "/",
+// "@" percent-encoded or not) and the query secrets of its own
+// (tlsCertificateKeyFilePassword, authMechanismProperties): cutting the
+// text by hand let them through, so the driver's own parser reads it.
+// An SRV string is read as a plain one: parsing it as SRV looks its name
+// up in DNS, which a log line must not do.
 func redact(uri string) string {
-	scheme, rest, ok := strings.Cut(uri, "://")
-	if !ok {
-		return uri
+	plain, srv := strings.CutPrefix(uri, connstring.SchemeMongoDBSRV+"://")
+	if srv {
+		plain = connstring.SchemeMongoDB + "://" + plain
 	}
-	end := strings.IndexAny(rest, "/?")
-	if end < 0 {
-		end = len(rest)
+	cs, err := connstring.Parse(plain)
+	if err != nil {
+		return "(a connection string that does not parse)"
 	}
-	at := strings.LastIndex(rest[:end], "@")
-	if at < 0 {
-		return uri
+	scheme := connstring.SchemeMongoDB
+	if srv {
+		scheme = connstring.SchemeMongoDBSRV
 	}
-	user, _, hasPassword := strings.Cut(rest[:at], ":")
-	if !hasPassword {
-		return uri
-	}
-	return scheme + "://" + user + ":xxxxx" + rest[at:]
+	return scheme + "://" + strings.Join(cs.Hosts, ",") + "/" + cs.Database
 }

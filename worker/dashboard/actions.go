@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -163,7 +164,7 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 	if action == "delete" {
 		target = "tasks?" + url.Values{"c": {c}, "done": {action}}.Encode()
 	}
-	http.Redirect(w, r, target, http.StatusSeeOther)
+	seeOther(w, r, target)
 }
 
 // parseParams reads params typed as extended JSON: a document, or any
@@ -264,6 +265,12 @@ func (d *Dashboard) actMany(w http.ResponseWriter, r *http.Request) {
 	done := 0
 	var refused []string
 	for _, key := range keys {
+		// Each task as the page showed it, as a single action checks: a
+		// stale page must not delete or cancel tasks that changed since.
+		if why := d.changedSince(ctx, p, key, r.PostForm.Get("seen:"+key)); why != "" {
+			refused = append(refused, key+" ("+why+")")
+			continue
+		}
 		err := d.apply(ctx, p, key, action, nil)
 		switch {
 		case err == nil:
@@ -279,7 +286,7 @@ func (d *Dashboard) actMany(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusConflict, fmt.Sprintf("%s done on %d task(s); refused on %d: %s.", action, done, len(refused), strings.Join(refused, ", ")))
 		return
 	}
-	http.Redirect(w, r, "tasks?"+url.Values{"c": {c}, "done": {fmt.Sprintf("%s:%d", action, done)}}.Encode(), http.StatusSeeOther)
+	seeOther(w, r, "tasks?"+url.Values{"c": {c}, "done": {fmt.Sprintf("%s:%d", action, done)}}.Encode())
 }
 
 func orUnknown(s string) string {
@@ -292,6 +299,12 @@ func orUnknown(s string) string {
 // readForm reads a POST's form; a body past MaxBodyBytes is refused with
 // 413, any other unreadable form with 400, and nothing is done.
 func (d *Dashboard) readForm(w http.ResponseWriter, r *http.Request) bool {
+	// The pages send url-encoded forms only; a multipart body (files,
+	// parts of any size) is not read at all.
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/x-www-form-urlencoded" {
+		d.fail(w, r, http.StatusUnsupportedMediaType, "Nothing was done: an action is a url-encoded form (application/x-www-form-urlencoded).")
+		return false
+	}
 	err := r.ParseForm()
 	var tooLarge *http.MaxBytesError
 	switch {
@@ -317,4 +330,28 @@ func refusal(err error) string {
 		return "no such task"
 	}
 	return err.Error()
+}
+
+// changedSince says why a task of a bulk action is not acted on: it
+// changed since the page showed it in state seen, or is gone. Empty: act.
+func (d *Dashboard) changedSince(ctx context.Context, p *mscheduler.Producer[bson.RawValue], key, seen string) string {
+	ti, err := p.Get(ctx, key)
+	switch {
+	case errors.Is(err, mscheduler.ErrNotFound):
+		return "no such task"
+	case err != nil:
+		return "could not be read: nothing was done"
+	case seen != stateOf(ti.Status, ti.Paused):
+		return fmt.Sprintf("changed since the page showed it: it was %s, it is %s now", orUnknown(seen), stateOf(ti.Status, ti.Paused))
+	}
+	return ""
+}
+
+// seeOther sends the browser on to page, a page of the dashboard. Under
+// http.StripPrefix (a worker's listener mounts it at /dashboard/) the
+// request's path has lost the prefix, so a page relative to it would
+// leave the dashboard: the address is made from the prefix the browser
+// asked under.
+func seeOther(w http.ResponseWriter, r *http.Request, page string) {
+	http.Redirect(w, r, mountPrefix(r)+"/"+page, http.StatusSeeOther)
 }

@@ -75,7 +75,7 @@ func (c credentials) accepts(r *http.Request) bool {
 	if _, pass, ok := r.BasicAuth(); ok && c.tokenMatches(pass) {
 		return true
 	}
-	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && c.tokenMatches(bearer) {
+	if bearer, ok := bearerToken(r); ok && c.tokenMatches(bearer) {
 		return true
 	}
 	for _, ck := range r.CookiesNamed(c.cookie) {
@@ -183,4 +183,11 @@ func withoutToken(r *http.Request) string {
 		target += "?" + strings.Join(kept, "&")
 	}
 	return target
+}
+
+// bearerToken is the token of an "Authorization: Bearer <token>" header.
+// The scheme's name is case-insensitive (RFC 9110): "bearer" is Bearer.
+func bearerToken(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	return strings.TrimSpace(token), ok && strings.EqualFold(scheme, "Bearer")
 }

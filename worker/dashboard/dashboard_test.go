@@ -174,6 +174,23 @@ func (f *fixture) post(path string, form url.Values) page {
 	return f.do(f.authorized(f.request(http.MethodPost, path, form)))
 }
 
+// bulk is the form of a bulk action on keys, each with the state the
+// page would show now.
+func (f *fixture) bulk(action string, keys ...string) url.Values {
+	f.t.Helper()
+	form := url.Values{"action": {action}, "key": keys}
+	for _, key := range keys {
+		if ti, err := f.producer.Get(f.t.Context(), key); err == nil {
+			st := string(ti.Status)
+			if ti.Paused {
+				st += ",paused"
+			}
+			form.Set("seen:"+key, st)
+		}
+	}
+	return form
+}
+
 func (f *fixture) taskPath(key string) string {
 	return "task?" + url.Values{"c": {f.coll.Name()}, "key": {key}}.Encode()
 }
@@ -281,7 +298,7 @@ func TestActions(t *testing.T) {
 		t.Fatalf("after delete: %v", err)
 	}
 	// Bulk: cancelled later-1 and pending broken-1; retry applies to one.
-	bulk := f.post("tasks?c="+c, url.Values{"action": {"retry"}, "key": {"later-1", "broken-1"}})
+	bulk := f.post("tasks?c="+c, f.bulk("retry", "later-1", "broken-1"))
 	bulk.want(t, "bulk retry", 409, "retry done on 1 task(s); refused on 1: broken-1 (only a failed, cancelled or invalid task")
 	if strings.Contains(bulk.body, "mscheduler:") || strings.Contains(bulk.body, "[") {
 		t.Errorf("bulk refusals repeat the library's prefix or show Go's slice brackets:\n%.2000s", bulk.body)
@@ -289,11 +306,11 @@ func TestActions(t *testing.T) {
 	if s := f.status("later-1"); s != mscheduler.StatusPending {
 		t.Fatalf("bulk retry left later-1 %s", s)
 	}
-	f.post("tasks?c="+c, url.Values{"action": {"cancel"}, "key": {"later-1", "report-hourly"}}).want(t, "bulk cancel", 303)
+	f.post("tasks?c="+c, f.bulk("cancel", "later-1", "report-hourly")).want(t, "bulk cancel", 303)
 	if a, b := f.status("later-1"), f.status("report-hourly"); a != mscheduler.StatusCancelled || b != mscheduler.StatusCancelled {
 		t.Fatalf("after bulk cancel: %s, %s", a, b)
 	}
-	f.post("tasks?c="+c, url.Values{"action": {"delete"}, "key": {"later-1", "report-hourly"}}).want(t, "bulk delete", 303)
+	f.post("tasks?c="+c, f.bulk("delete", "later-1", "report-hourly")).want(t, "bulk delete", 303)
 	if list, err := f.producer.List(t.Context(), mscheduler.ListOpts{}); err != nil || len(list) != 1 || list[0].Task.Key != "broken-1" {
 		t.Fatalf("after bulk delete: %d tasks (%v), want broken-1 alone", len(list), err)
 	}
@@ -322,14 +339,16 @@ func TestToken(t *testing.T) {
 	f := newFixture(t, dashboard.Config{Token: "s3cret"})
 	f.do(f.request(http.MethodGet, "", nil)).want(t, "no token", 401, "needs its token")
 	for name, set := range map[string]func(*http.Request){
-		"basic":  func(r *http.Request) { r.SetBasicAuth("ops", "s3cret") },
-		"bearer": func(r *http.Request) { r.Header.Set("Authorization", "Bearer s3cret") },
-		"wrong":  func(r *http.Request) { r.SetBasicAuth("ops", "guess") },
+		"basic":            func(r *http.Request) { r.SetBasicAuth("ops", "s3cret") },
+		"bearer":           func(r *http.Request) { r.Header.Set("Authorization", "Bearer s3cret") },
+		"lowercase bearer": func(r *http.Request) { r.Header.Set("Authorization", "bearer s3cret") },
+		"wrong":            func(r *http.Request) { r.SetBasicAuth("ops", "guess") },
+		"bearer, wrong":    func(r *http.Request) { r.Header.Set("Authorization", "bearer guess") },
 	} {
 		req := f.request(http.MethodGet, "", nil)
 		set(req)
 		want := 200
-		if name == "wrong" {
+		if strings.Contains(name, "wrong") {
 			want = 401
 		}
 		f.do(req).want(t, name, want)

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -73,11 +74,17 @@ func (d *Dashboard) serverError(w http.ResponseWriter, r *http.Request, err erro
 		d.fail(w, r, http.StatusNotFound, err.Error())
 	case errors.Is(err, mscheduler.ErrNotFound):
 		d.fail(w, r, http.StatusNotFound, fmt.Sprintf("No task has the key %q.", r.URL.Query().Get("key")))
+	case errors.Is(err, mscheduler.ErrInvalid):
+		// A parameter of the address the library refused (a cursor edited
+		// by hand): the request's fault, not the server's.
+		d.fail(w, r, http.StatusBadRequest, "Bad request: "+strings.TrimPrefix(err.Error(), "mscheduler: ")+".")
 	case errors.Is(err, context.DeadlineExceeded) || mongo.IsTimeout(err):
 		d.fail(w, r, http.StatusServiceUnavailable, "The query took longer than "+d.cfg.QueryTimeout.String()+" and was stopped: narrow the filter.")
 	default:
+		// The driver's error names hosts and the topology: the log has it,
+		// the page (which anyone who can read the dashboard sees) does not.
 		d.cfg.Logger.Error("dashboard", "path", r.URL.Path, "error", err)
-		d.fail(w, r, http.StatusBadGateway, "The server could not answer: "+err.Error())
+		d.fail(w, r, http.StatusBadGateway, "The server could not answer; the dashboard's log has the error.")
 	}
 }
 

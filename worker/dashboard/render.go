@@ -93,6 +93,7 @@ var funcs = template.FuncMap{
 	"join":       strings.Join,
 	"ms":         func(d time.Duration) string { return d.Round(time.Millisecond).String() },
 	"took":       tookText,
+	"stateOf":    stateOf,
 	"shellQuote": shellQuote,
 	"add":        func(a, b int) int { return a + b },
 	"truncated":  truncated,

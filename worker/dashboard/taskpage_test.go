@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -101,4 +102,46 @@ func readAll(t *testing.T, resp *http.Response) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// A cursor edited by hand in the address is the request's fault: 400,
+// saying why, not 502.
+func TestMalformedCursorIsABadRequest(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, dashboard.Config{})
+	f.get(f.taskPath("welcome-1")+"&runs_after=zzz").want(t, "a bad runs_after", http.StatusBadRequest, "Bad request", "cursor")
+}
+
+// A bulk action acts on each task only as the page showed it: a stale
+// page's delete leaves a task that changed since, and says so; the tasks
+// that did not change are acted on.
+func TestBulkActionChecksEachTasksState(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, dashboard.Config{})
+	form := f.bulk("delete", "later-1", "welcome-1")
+	form.Set("seen:later-1", "failed") // the page showed it failed; it is pending
+	pg := f.post("tasks?c="+f.coll.Name(), form)
+	pg.want(t, "a stale bulk delete", http.StatusConflict, "done on 1 task(s); refused on 1: later-1 (changed since the page showed it: it was failed, it is pending now)")
+	if _, err := f.producer.Get(t.Context(), "later-1"); err != nil {
+		t.Errorf("the changed task was deleted: %v", err)
+	}
+	if _, err := f.producer.Get(t.Context(), "welcome-1"); err == nil {
+		t.Error("the unchanged task was not deleted")
+	}
+	form = url.Values{"action": {"delete"}, "key": {"later-1"}} // no state at all: a hand-made form
+	f.post("tasks?c="+f.coll.Name(), form).want(t, "a bulk delete without states", http.StatusConflict, "it was not said, it is pending now")
+}
+
+// An action is a url-encoded form: a multipart body is refused unread.
+func TestMultipartActionIsRefused(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, dashboard.Config{})
+	req := f.request(http.MethodPost, f.taskPath("broken-1"), nil)
+	req.Body = io.NopCloser(strings.NewReader("--x\r\nContent-Disposition: form-data; name=\"action\"\r\n\r\nretry\r\n--x--\r\n"))
+	req.Header.Set("Content-Type", "multipart/form-data; boundary=x")
+	req.Header.Set("Authorization", "Bearer "+f.token)
+	f.do(f.sameOrigin(req)).want(t, "a multipart action", http.StatusUnsupportedMediaType, "url-encoded")
+	if f.status("broken-1") != mscheduler.StatusFailed {
+		t.Error("a multipart action acted")
+	}
 }

@@ -164,6 +164,7 @@ Global flags, before or after the command:
   --db NAME               the database (default $MSCHEDULER_DB, else "mscheduler")
   --uri URI               the connection string (default $MONGODB_URI)
   --connect-timeout D     how long to look for the server (default 5s)
+  -v, --verbose           print errors in full, as the driver gives them
   --version               print the version
 
 "mscheduler help <command>" (or "mscheduler <command> -h") lists the flags of a command.

@@ -93,6 +93,7 @@ type cli struct {
 type globals struct {
 	uri, db, collection string
 	connectTimeout      time.Duration
+	verbose             bool // errors in full, as the driver gives them
 }
 
 // register adds the global flags to fs. Their defaults are their current
@@ -106,12 +107,14 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.collection, "collection", g.collection, "task `collection` (required)")
 	fs.StringVar(&g.collection, "c", g.collection, "short for --collection")
 	fs.DurationVar(&g.connectTimeout, "connect-timeout", g.connectTimeout, "how long to look for the server (default 5s)")
+	fs.BoolVar(&g.verbose, "verbose", g.verbose, "print errors in full, as the driver gives them")
+	fs.BoolVar(&g.verbose, "v", g.verbose, "short for --verbose")
 }
 
 // isGlobal reports whether the flag name is a global flag.
 func isGlobal(name string) bool {
 	switch name {
-	case "uri", "db", "collection", "c", "connect-timeout":
+	case "uri", "db", "collection", "c", "connect-timeout", "verbose", "v":
 		return true
 	}
 	return false
@@ -142,7 +145,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	default:
 		msg, ok := c.unreachable(err)
-		if !ok {
+		if !ok || c.verbose {
 			msg = err.Error()
 		}
 		fmt.Fprintf(stderr, "mscheduler: %s\n", oneLine(msg))
@@ -265,4 +268,21 @@ func (c *cli) disconnect() {
 // several.
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// creatable refuses a name that a new task collection must not have: what
+// MongoDB refuses ($, NUL, a system. prefix), the names of the library's
+// own collections beside it, and a double quote, which the development
+// server's SQLite storage cannot hold (it breaks the collection's table).
+func (c *cli) creatable() error {
+	name := c.collection
+	switch {
+	case strings.ContainsAny(name, "$\x00\""):
+		return usageErrorf("collection %q: a new collection's name must not contain $, NUL or a double quote", name)
+	case strings.HasPrefix(name, "system."):
+		return usageErrorf("collection %q: names starting with system. are MongoDB's", name)
+	case strings.HasSuffix(name, ".meta") || strings.HasSuffix(name, ".runs"):
+		return usageErrorf("collection %q: .meta and .runs name the collections the library keeps beside a task collection", name)
+	}
+	return nil
 }

@@ -253,6 +253,9 @@ func TestUnreachableServer(t *testing.T) {
 	if strings.Contains(r.stderr, "topology") {
 		t.Errorf("stderr %q carries the driver's topology dump", r.stderr)
 	}
+	if v := runCommand(t, []string{"MONGODB_URI=mongodb://127.0.0.1:1"}, "-v", "--connect-timeout", "500ms", "-c", "x", "list"); !strings.Contains(v.stderr, "topology") {
+		t.Errorf("with -v, stderr %q lacks the driver's own error", v.stderr)
+	}
 	if r.took > 10*time.Second {
 		t.Errorf("took %s to give up, want about the 500ms connect timeout", r.took)
 	}

@@ -32,6 +32,8 @@ func runMigrate(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 		if err := c.mustExist(ctx); err != nil {
 			return err
 		}
+	} else if err := c.creatable(); err != nil {
+		return err
 	}
 	coll := c.client.Database(c.db).Collection(c.collection)
 	before, err := storedSchema(ctx, coll)

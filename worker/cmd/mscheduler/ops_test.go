@@ -234,6 +234,10 @@ func TestRoughEdges(t *testing.T) {
 		}
 	})
 	runCommand(t, serverEnv(), "--db", mschedulertest.Database, "-c", fresh, "publish", "--create", "first").wantOK(t)
+	for _, bad := range []string{`say"hi`, "a$b", "system.x", fresh + ".meta"} {
+		runCommand(t, serverEnv(), "--db", mschedulertest.Database, "-c", bad, "migrate", "--create").wantError(t, exitUsage, "collection")
+		runCommand(t, serverEnv(), "--db", mschedulertest.Database, "-c", bad, "publish", "--create", "x").wantError(t, exitUsage, "collection")
+	}
 	runCommand(t, serverEnv(), "--db", mschedulertest.Database, "-c", fresh, "show", "first").wantOK(t)
 	f.run("history", "--outcome", "weird").wantError(t, exitUsage, `unknown --outcome "weird": want one of succeeded`)
 	f.run("history", "--after", "zzz").wantError(t, exitUsage, "history: --after: is not a cursor this command printed")

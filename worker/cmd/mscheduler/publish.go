@@ -126,6 +126,8 @@ func runPublish(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 		if err := c.mustExist(ctx); err != nil {
 			return err
 		}
+	} else if err := c.creatable(); err != nil {
+		return err
 	}
 	opts := &mscheduler.PublishOpts{UpdateParams: f.updateParams, MoveRunAt: f.moveRunAt, ResetFinished: f.resetFinished}
 	res, err := c.producer.Publish(ctx, task, opts)
