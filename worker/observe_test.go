@@ -199,18 +199,8 @@ func TestMetricsAndHealth(t *testing.T) {
 // serves the dashboard under /dashboard/, read-only since it has no token.
 func TestDashboardOnTheListener(t *testing.T) {
 	t.Setenv(dashboard.EnvToken, "")
-	name := collectionName(t)
-	w := newWorker(t, worker.Config{HTTPAddr: "127.0.0.1:0", WorkerID: "with-dashboard",
-		Dashboard: &dashboard.Config{Collections: []string{name}}})
-	ev := mschedulertest.NewEvents()
-	if err := worker.Register(w, name, add, fastConsumer(ev)); err != nil {
-		t.Fatal(err)
-	}
-	stop := runWorker(t, w)
-	defer func() { _ = stop() }()
-	publish(t, name, mscheduler.Task[sum]{Key: "a", Params: sum{A: 1, B: 2}})
-	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
-	base := "http://" + w.HTTPAddr() + "/dashboard/"
+	name, addr := dashboardWorker(t, "with-dashboard", "")
+	base := "http://" + addr + "/dashboard/"
 	for path, want := range map[string]string{"": "Overview", "task?c=" + name + "&key=a": "acting needs a token", "static/live.js": "data-live"} {
 		resp, err := http.Get(base + path)
 		if err != nil {
@@ -227,7 +217,7 @@ func TestDashboardOnTheListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Origin", "http://"+w.HTTPAddr()) // as its own page sends it
+	req.Header.Set("Origin", "http://"+addr) // as its own page sends it
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -242,24 +232,14 @@ func TestDashboardOnTheListener(t *testing.T) {
 // to a page under /dashboard/, not to the listener's root, where there is
 // none.
 func TestDashboardActionStaysUnderItsPrefix(t *testing.T) {
-	name := collectionName(t)
-	w := newWorker(t, worker.Config{HTTPAddr: "127.0.0.1:0", WorkerID: "acting-dashboard",
-		Dashboard: &dashboard.Config{Collections: []string{name}, Token: "t0k"}})
-	ev := mschedulertest.NewEvents()
-	if err := worker.Register(w, name, add, fastConsumer(ev)); err != nil {
-		t.Fatal(err)
-	}
-	stop := runWorker(t, w)
-	defer func() { _ = stop() }()
-	publish(t, name, mscheduler.Task[sum]{Key: "a", Params: sum{A: 1, B: 2}})
-	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
-	base := "http://" + w.HTTPAddr() + "/dashboard/"
+	name, addr := dashboardWorker(t, "acting-dashboard", "t0k")
+	base := "http://" + addr + "/dashboard/"
 	req, err := http.NewRequest(http.MethodPost, base+"task?c="+name+"&key=a", strings.NewReader(url.Values{"action": {"delete"}, "seen": {"succeeded"}}.Encode()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Origin", "http://"+w.HTTPAddr())
+	req.Header.Set("Origin", "http://"+addr)
 	req.Header.Set("Authorization", "Bearer t0k")
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := client.Do(req)
@@ -270,4 +250,24 @@ func TestDashboardActionStaysUnderItsPrefix(t *testing.T) {
 	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/dashboard/tasks?") {
 		t.Errorf("delete answered %d to %q; want 303 to /dashboard/tasks?...", resp.StatusCode, loc)
 	}
+}
+
+// dashboardWorker runs a worker whose listener serves a dashboard with
+// token (none: read-only) until the test ends, with one task "a" of a new
+// collection succeeded; it returns the collection and the listener's
+// address.
+func dashboardWorker(t *testing.T, id, token string) (name, addr string) {
+	t.Helper()
+	name = collectionName(t)
+	w := newWorker(t, worker.Config{HTTPAddr: "127.0.0.1:0", WorkerID: id,
+		Dashboard: &dashboard.Config{Collections: []string{name}, Token: token}})
+	ev := mschedulertest.NewEvents()
+	if err := worker.Register(w, name, add, fastConsumer(ev)); err != nil {
+		t.Fatal(err)
+	}
+	stop := runWorker(t, w)
+	t.Cleanup(func() { _ = stop() })
+	publish(t, name, mscheduler.Task[sum]{Key: "a", Params: sum{A: 1, B: 2}})
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
+	return name, w.HTTPAddr()
 }
