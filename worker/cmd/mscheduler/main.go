@@ -183,7 +183,43 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 			return cmd.run(ctx, c, fs, rest)
 		}
 	}
+	if near := nearestCommand(name); near != "" {
+		return usageErrorf("unknown command %q: did you mean %q? Run \"mscheduler help\" for the list", name, near)
+	}
 	return usageErrorf("unknown command %q; run \"mscheduler help\"", name)
+}
+
+// nearestCommand is the command a typo most likely meant: within two
+// edits of it, the closest; "" if none is that close.
+func nearestCommand(typed string) string {
+	best, bestDist := "", 3
+	for _, cmd := range append(commands, command{name: "help"}) {
+		if d := editDistance(typed, cmd.name); d < bestDist {
+			best, bestDist = cmd.name, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // connect makes the producer the commands use. It does no I/O: the driver

@@ -188,7 +188,9 @@ func TestUsageErrors(t *testing.T) {
 		want []string
 	}{
 		{"no command", serverEnv(), nil, []string{"no command"}},
-		{"unknown command", serverEnv(), []string{"-c", "x", "frobnicate"}, []string{`unknown command "frobnicate"`}},
+		{"unknown command", serverEnv(), []string{"-c", "x", "frobnicate"}, []string{`unknown command "frobnicate"; run`}},
+		{"a typo of a command", serverEnv(), []string{"-c", "x", "pubilsh", "k"}, []string{`unknown command "pubilsh": did you mean "publish"?`}},
+		{"a typo of another", serverEnv(), []string{"-c", "x", "stat"}, []string{`did you mean "stats"?`}},
 		{"bad global flag", serverEnv(), []string{"--bogus", "list"}, []string{"-bogus"}},
 		{"bad flag", serverEnv(), []string{"-c", "x", "list", "--bogus"}, []string{"list:", "-bogus"}},
 		{"bad flag value", serverEnv(), []string{"-c", "x", "update", "k", "--priority", "high"}, []string{"update:", "priority"}},
