@@ -296,11 +296,20 @@ func (p *Pinger) schedule(runs []*Run, now time.Time) (due, soon []*Run, next ti
 	next = now.Add(time.Minute) // with no run, only a kick matters
 	for _, r := range runs {
 		if lapsedAt(r, now) {
-			// A finished run's end write gives up when its held context
-			// says so.
 			p.lose(r, "lease lapsed before a ping could renew it")
 			if r.Finished.Load() {
-				r.dropHeld(errLapsed)
+				// The end of a finished run is still written for a while
+				// after its lease lapsed: until a sweep records the run
+				// expired, the holder's fenced end lands, and the run is
+				// not done again; after it, the end misses and says so.
+				// On a server answering in seconds, giving up at the lapse
+				// turned a late end into a run done twice. Past the grace,
+				// the write gives up.
+				if giveUp := r.Lease().Add(lapsedEndGrace(r)); now.Before(giveUp) {
+					next = minTime(next, giveUp)
+				} else {
+					r.dropHeld(errLapsed)
+				}
 			}
 			continue
 		}
@@ -699,4 +708,13 @@ func (p *Pinger) Len() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.runs)
+}
+
+// lapsedEndGrace is how long after its lease lapsed the end of a finished
+// run is still tried: one more lease.
+func lapsedEndGrace(r *Run) time.Duration {
+	if r.WorkerTimeout > 0 {
+		return r.WorkerTimeout
+	}
+	return time.Minute
 }

@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -130,5 +132,28 @@ func TestReserveCoversTheSlowRoundTrips(t *testing.T) {
 	}
 	if got := p.reserve(); got > 2*1100*time.Millisecond+reserveMargin {
 		t.Errorf("reserve %s after 40 round trips of 1 s; want it back near 2 s", got)
+	}
+}
+
+// A finished run whose lease lapsed keeps its held context (its end is
+// still written, fenced, until a sweep takes the run) for one more lease,
+// then loses it; the loop looks again when that grace ends.
+func TestLapsedEndIsTriedForOneMoreLease(t *testing.T) {
+	p := &Pinger{batchMax: 16}
+	now := time.Unix(1000, 0)
+	held, drop := context.WithCancelCause(context.Background())
+	r := &Run{Key: "k", RunID: "r", PingInterval: 2 * time.Second, WorkerTimeout: 6 * time.Second, held: held, dropHeld: drop}
+	r.Finished.Store(true)
+	r.SetLease(now.Add(-time.Second)) // lapsed a second ago
+	_, _, next, _ := p.schedule([]*Run{r}, now)
+	if held.Err() != nil {
+		t.Fatal("the end of a run lapsed a second ago was given up")
+	}
+	if want := now.Add(5 * time.Second); !next.Equal(want) {
+		t.Errorf("next look at %s, want the grace's end %s", next, want)
+	}
+	p.schedule([]*Run{r}, now.Add(5*time.Second))
+	if !errors.Is(context.Cause(held), errLapsed) {
+		t.Errorf("after a lease more, held is %v, want cancelled with errLapsed", context.Cause(held))
 	}
 }
