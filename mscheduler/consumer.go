@@ -43,6 +43,10 @@ type RunFunc func(ctx context.Context, attempt *Attempt) error
 type Attempt struct {
 	Key string
 	Run *Run // the run's id, worker, attempt number, start and planned time
+	// Headers are the task's [Task].Headers, such as the publisher's trace
+	// context; nil when it has none. Middleware reads them, and must not
+	// change them.
+	Headers map[string]string
 }
 
 // Middleware wraps every handler attempt, for tracing, logging or metrics

@@ -313,7 +313,7 @@ func (c *Consumer[P, R]) call(ctx context.Context, task *Task[P]) (result R, err
 	for i := len(c.cfg.Middleware) - 1; i >= 0; i-- {
 		run = c.cfg.Middleware[i](run)
 	}
-	err = run(ctx, &Attempt{Key: task.Key, Run: task.Run})
+	err = run(ctx, &Attempt{Key: task.Key, Run: task.Run, Headers: task.Headers})
 	return result, err
 }
 
@@ -351,6 +351,7 @@ func decodeTask[P any](doc *taskDoc) (*Task[P], error) {
 		Description:     doc.Description,
 		Source:          doc.Source,
 		Tags:            doc.Tags,
+		Headers:         doc.Headers,
 	}
 	if doc.Plan != nil {
 		if p, err := planOf(doc.Plan); err == nil {

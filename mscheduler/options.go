@@ -3,6 +3,8 @@ package mscheduler
 import (
 	"cmp"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -109,6 +111,9 @@ func newTaskDoc[P any](t *Task[P], d TaskDefaults, now time.Time, prefix string)
 			return nil, invalid(fmt.Sprintf("%sTags[%d]", prefix, i), "must not be empty")
 		}
 	}
+	if err := validateHeaders(t.Headers, prefix+"Headers"); err != nil {
+		return nil, err
+	}
 	params, err := encodeValue(t.Params)
 	if err != nil {
 		return nil, invalid(prefix+"Params", "cannot be encoded as BSON: %v", err)
@@ -144,6 +149,7 @@ func newTaskDoc[P any](t *Task[P], d TaskDefaults, now time.Time, prefix string)
 		Description:     t.Description,
 		Source:          cmp.Or(t.Source, d.Source),
 		Tags:            t.Tags,
+		Headers:         t.Headers,
 	}
 	if t.Plan != nil {
 		if err := applyPlan(doc, *t.Plan, t.RunAt, now, prefix); err != nil {
@@ -151,6 +157,25 @@ func newTaskDoc[P any](t *Task[P], d TaskDefaults, now time.Time, prefix string)
 		}
 	}
 	return doc, nil
+}
+
+// validateHeaders refuses a header key MongoDB would read as a path or an
+// operator, and headers over MaxHeadersBytes.
+func validateHeaders(h map[string]string, field string) error {
+	size := 0
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		switch {
+		case k == "":
+			return invalid(field, "must not have an empty key")
+		case strings.ContainsAny(k, ".\x00") || strings.HasPrefix(k, "$"):
+			return invalid(fmt.Sprintf("%s[%q]", field, k), "a key must not contain '.' or NUL, nor start with '$'")
+		}
+		size += len(k) + len(h[k])
+	}
+	if size > MaxHeadersBytes {
+		return invalid(field, "are %d bytes, over MaxHeadersBytes (%d)", size, MaxHeadersBytes)
+	}
+	return nil
 }
 
 func validateKey(key, field string) error {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,11 @@ type ProducerConfig struct {
 	// newer one migrated the collection. Defaults to
 	// [SchemaCheckIntervalDefault].
 	SchemaCheckInterval time.Duration
+	// ContextHeaders, when set, gives headers to add to every task published
+	// with ctx, such as the trace context of the request that publishes: a
+	// task's own Headers win over them key by key. It is called once per
+	// Publish or PublishMany; the otel module's HeadersFromContext is one.
+	ContextHeaders func(ctx context.Context) map[string]string
 }
 
 // SchemaCheckIntervalDefault is the default ProducerConfig.SchemaCheckInterval.
@@ -165,7 +171,7 @@ func (p *Producer[P]) publish(ctx context.Context, tasks []Task[P], opts *Publis
 	if err := p.checkSchema(ctx); err != nil {
 		return nil, err
 	}
-	docs, err := p.buildDocs(tasks, prefixFormat)
+	docs, err := p.buildDocs(tasks, p.contextHeaders(ctx), prefixFormat)
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +238,26 @@ func (p *Producer[P]) checkSchema(ctx context.Context) error {
 	return nil
 }
 
-func (p *Producer[P]) buildDocs(tasks []Task[P], prefixFormat string) ([]*taskDoc, error) {
+// contextHeaders calls ContextHeaders, if set.
+func (p *Producer[P]) contextHeaders(ctx context.Context) map[string]string {
+	if p.cfg.ContextHeaders == nil {
+		return nil
+	}
+	return p.cfg.ContextHeaders(ctx)
+}
+
+// withHeaders returns t with the context's headers added under its own.
+func withHeaders[P any](t *Task[P], fromCtx map[string]string) *Task[P] {
+	if len(fromCtx) == 0 {
+		return t
+	}
+	out := *t
+	out.Headers = maps.Clone(fromCtx)
+	maps.Copy(out.Headers, t.Headers)
+	return &out
+}
+
+func (p *Producer[P]) buildDocs(tasks []Task[P], fromCtx map[string]string, prefixFormat string) ([]*taskDoc, error) {
 	now := p.clock.Now()
 	docs := make([]*taskDoc, len(tasks))
 	seen := make(map[string]int, len(tasks))
@@ -241,7 +266,7 @@ func (p *Producer[P]) buildDocs(tasks []Task[P], prefixFormat string) ([]*taskDo
 		if prefixFormat != "" {
 			prefix = fmt.Sprintf(prefixFormat, i)
 		}
-		d, err := newTaskDoc(&tasks[i], p.cfg.Defaults, now, prefix)
+		d, err := newTaskDoc(withHeaders(&tasks[i], fromCtx), p.cfg.Defaults, now, prefix)
 		if err != nil {
 			return nil, err
 		}

@@ -83,6 +83,9 @@ const (
 	// records capped (see RunsBudgetBytes), it keeps every task document
 	// below MongoDB's 16 MiB limit.
 	MaxParamsBytes = 8 << 20
+	// MaxHeadersBytes bounds a task's Headers, keys and values together:
+	// they are context such as a trace id, not data.
+	MaxHeadersBytes = 8 << 10
 )
 
 // Task is a unit of work: what a producer publishes, and what a handler
@@ -147,6 +150,14 @@ type Task[P any] struct {
 	Source string
 	// Tags are free labels for filtering.
 	Tags []string
+	// Headers carry context from the publisher to the handler, such as W3C
+	// trace context (traceparent, tracestate) or a request id: stored with
+	// the task, and handed unchanged to the handler and to each
+	// [Middleware] in [Attempt]. [ProducerConfig].ContextHeaders adds
+	// headers from the publishing context. Keys are non-empty, without '.'
+	// and not starting with '$'; keys and values together are at most
+	// [MaxHeadersBytes].
+	Headers map[string]string
 
 	// Plan, when set, makes the task recurring: each planned time is an
 	// occurrence that completes like a plain task (Concurrency successes, or

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -200,6 +201,7 @@ func chart(runs []mscheduler.RunInfo, now time.Time) ([]chartBucket, int) {
 // taskRow is a task as the list and detail pages show it.
 type taskRow struct {
 	Key, Description, Source, Group, Problem string
+	Headers                                  string // k=v, sorted by key
 	Status                                   mscheduler.Status
 	Paused                                   bool
 	Running, Free, Succeeded, Concurrency    int
@@ -218,7 +220,7 @@ func newTaskRow(ti *mscheduler.TaskInfo[bson.RawValue]) taskRow {
 		Status: ti.Status, Paused: ti.Paused, Running: ti.Running, Free: ti.Free, Succeeded: ti.Succeeded,
 		Concurrency: t.Concurrency, Failed: ti.FailedRuns, MaxFailed: t.MaxFailedRuns, Priority: t.Priority,
 		Tags: t.Tags, WorkerIDs: t.WorkerIDs, PingInterval: t.PingInterval, WorkerTimeout: t.WorkerTimeout,
-		Created: ti.CreatedAt, Updated: ti.UpdatedAt,
+		Created: ti.CreatedAt, Updated: ti.UpdatedAt, Headers: headersText(t.Headers),
 	}
 	for _, h := range ti.Holders {
 		row.Holders = append(row.Holders, h.WorkerID)
@@ -383,4 +385,13 @@ func (d *Dashboard) tasks(w http.ResponseWriter, r *http.Request) {
 	}
 	d.render(w, http.StatusOK, "tasks", view{Title: "Tasks", Nav: "tasks", Collections: names, Collection: c,
 		Message: doneMessage(r.URL.Query().Get("done")), Data: f})
+}
+
+// headersText lists a task's headers as k=v, sorted by key.
+func headersText(h map[string]string) string {
+	parts := make([]string, 0, len(h))
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		parts = append(parts, k+"="+h[k])
+	}
+	return strings.Join(parts, ", ")
 }

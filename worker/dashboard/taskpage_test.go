@@ -42,6 +42,20 @@ func TestTaskPageBoundsParams(t *testing.T) {
 		t.Error("a task page shows a stray separator before its tags")
 	}
 	f.get(f.taskPath("bare")).want(t, "no tags", http.StatusOK, "<dt>tags</dt><dd>-</dd>")
+	if strings.Contains(pg.body, "<dt>headers</dt>") {
+		t.Error("a task without headers has a headers row")
+	}
+}
+
+// A task's headers (a trace context, say) are shown on its page, escaped.
+func TestTaskPageShowsHeaders(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, dashboard.Config{})
+	headers := map[string]string{"traceparent": "00-4bf9-00f0-01", "note": "<b>"}
+	if _, err := f.producer.Publish(f.t.Context(), mscheduler.Task[email]{Key: "traced", Headers: headers}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.get(f.taskPath("traced")).want(t, "headers", http.StatusOK, "<dt>headers</dt><dd>note=&lt;b&gt;, traceparent=00-4bf9-00f0-01</dd>")
 }
 
 // The overview's Schedules link names no collection: the page shows the

@@ -35,6 +35,7 @@ const (
 	FDescription     = "description"
 	FSource          = "source"
 	FTags            = "tags"
+	FHeaders         = "headers"
 	FPlan            = "plan"
 	FPaused          = "paused"
 	// FInvalid holds why a task was set to StatusInvalid.

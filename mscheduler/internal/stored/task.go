@@ -96,6 +96,7 @@ type Task struct {
 	Description     string            `bson:"description,omitempty"`
 	Source          string            `bson:"source,omitempty"`
 	Tags            []string          `bson:"tags,omitempty"`
+	Headers         map[string]string `bson:"headers,omitempty"`
 	Plan            *Plan             `bson:"plan,omitempty"`
 	Paused          bool              `bson:"paused,omitempty"`
 	Invalid         *InvalidNote      `bson:"invalid,omitempty"`

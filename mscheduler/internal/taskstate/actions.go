@@ -289,7 +289,7 @@ func Reset(t *stored.Task, insert bson.D) (filter, upd bson.D) {
 
 // resetFields are the fields a task may lack, which a reset removes when
 // the new task lacks them.
-var resetFields = []string{stored.FWorkerIDs, stored.FGroup, stored.FTimeoutMS, stored.FDescription, stored.FSource, stored.FTags,
+var resetFields = []string{stored.FWorkerIDs, stored.FGroup, stored.FTimeoutMS, stored.FDescription, stored.FSource, stored.FTags, stored.FHeaders,
 	stored.FPlan, stored.FPaused, stored.FInvalid, stored.FHolders, stored.FDoneBy, stored.FNextExpiry, stored.FExpireAt}
 
 func has(d bson.D, field string) bool {

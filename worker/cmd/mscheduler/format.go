@@ -20,32 +20,33 @@ type info = mscheduler.TaskInfo[bson.RawValue]
 // document, so that scripts and mongosh speak of the same fields; slices
 // are never null and durations are in milliseconds, as stored.
 type taskJSON struct {
-	Key             string          `json:"key"`
-	Status          string          `json:"status"`
-	Paused          bool            `json:"paused"`
-	Priority        int             `json:"priority"`
-	RunAt           time.Time       `json:"run_at"`
-	Concurrency     int             `json:"concurrency"`
-	DistinctWorkers bool            `json:"distinct_workers"`
-	Free            int             `json:"free"`
-	Running         int             `json:"running"`
-	Succeeded       int             `json:"succeeded"`
-	FailedRuns      int             `json:"failed_runs"`
-	WorkerIDs       []string        `json:"worker_ids"`
-	Group           string          `json:"group"`
-	PingIntervalMS  int64           `json:"ping_interval_ms"`
-	WorkerTimeoutMS int64           `json:"worker_timeout_ms"`
-	MaxRetries      int             `json:"max_retries"`
-	RetryDelayMS    int64           `json:"retry_delay_ms"`
-	MaxFailedRuns   int             `json:"max_failed_runs"`
-	TimeoutMS       int64           `json:"timeout_ms"` // 0: the consumer's timeout
-	Description     string          `json:"description"`
-	Source          string          `json:"source"`
-	Tags            []string        `json:"tags"`
-	Plan            *planJSON       `json:"plan"` // null for a task without a plan
-	CreatedAt       time.Time       `json:"created_at"`
-	UpdatedAt       time.Time       `json:"updated_at"`
-	Params          json.RawMessage `json:"params"`
+	Key             string            `json:"key"`
+	Status          string            `json:"status"`
+	Paused          bool              `json:"paused"`
+	Priority        int               `json:"priority"`
+	RunAt           time.Time         `json:"run_at"`
+	Concurrency     int               `json:"concurrency"`
+	DistinctWorkers bool              `json:"distinct_workers"`
+	Free            int               `json:"free"`
+	Running         int               `json:"running"`
+	Succeeded       int               `json:"succeeded"`
+	FailedRuns      int               `json:"failed_runs"`
+	WorkerIDs       []string          `json:"worker_ids"`
+	Group           string            `json:"group"`
+	PingIntervalMS  int64             `json:"ping_interval_ms"`
+	WorkerTimeoutMS int64             `json:"worker_timeout_ms"`
+	MaxRetries      int               `json:"max_retries"`
+	RetryDelayMS    int64             `json:"retry_delay_ms"`
+	MaxFailedRuns   int               `json:"max_failed_runs"`
+	TimeoutMS       int64             `json:"timeout_ms"` // 0: the consumer's timeout
+	Description     string            `json:"description"`
+	Source          string            `json:"source"`
+	Tags            []string          `json:"tags"`
+	Headers         map[string]string `json:"headers,omitempty"`
+	Plan            *planJSON         `json:"plan"` // null for a task without a plan
+	CreatedAt       time.Time         `json:"created_at"`
+	UpdatedAt       time.Time         `json:"updated_at"`
+	Params          json.RawMessage   `json:"params"`
 	// Problem says why the task cannot run as stored; empty for a sound one.
 	Problem string       `json:"problem"`
 	Invalid *invalidJSON `json:"invalid,omitempty"`
@@ -136,7 +137,7 @@ func newTaskJSON(ti *info) *taskJSON {
 		PingIntervalMS: t.PingInterval.Milliseconds(), WorkerTimeoutMS: t.WorkerTimeout.Milliseconds(),
 		MaxRetries: t.MaxRetries, RetryDelayMS: t.RetryDelay.Milliseconds(), MaxFailedRuns: t.MaxFailedRuns,
 		TimeoutMS:   t.Timeout.Milliseconds(),
-		Description: t.Description, Source: t.Source, Tags: nonNil(t.Tags),
+		Description: t.Description, Source: t.Source, Tags: nonNil(t.Tags), Headers: t.Headers,
 		CreatedAt: ti.CreatedAt.UTC(), UpdatedAt: ti.UpdatedAt.UTC(),
 		Params: valueJSON(t.Params), Problem: ti.Problem,
 	}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -80,6 +82,9 @@ func printTask(c *cli, ti *info, t *taskJSON, full bool) error {
 	line("description", "%s", cell(task.Description))
 	line("source", "%s", cell(task.Source))
 	line("tags", "%s", orText(strings.Join(task.Tags, ", "), "-"))
+	if len(task.Headers) > 0 {
+		line("headers", "%s", headersText(task.Headers))
+	}
 	line("timeout", "%s", durationOr(task.Timeout, "the consumer's"))
 	line("ping interval", "%s", task.PingInterval)
 	line("worker timeout", "%s", task.WorkerTimeout)
@@ -186,4 +191,13 @@ func orText(s, instead string) string {
 		return instead
 	}
 	return s
+}
+
+// headersText lists a task's headers as k=v, sorted by key.
+func headersText(h map[string]string) string {
+	parts := make([]string, 0, len(h))
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		parts = append(parts, k+"="+cell(h[k]))
+	}
+	return strings.Join(parts, ", ")
 }
