@@ -58,6 +58,9 @@ func runDashboard(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) 
 	if token == "" && !*readOnly {
 		token, made = newToken(), true
 	}
+	if name := dashboard.ListenName(*addr); name != "" {
+		allowHosts = append(allowHosts, name)
+	}
 	cfg := &dashboard.Config{ReadOnly: *readOnly, AllowedHosts: allowHosts, Token: token}
 	if c.collection != "" {
 		cfg.Collections = []string{c.collection}

@@ -17,6 +17,7 @@
 //	work --exec CMD                             serve the collection: each run is sh -c CMD
 //	dashboard                                   the web dashboard
 //	dev                                         the development server, from a checkout
+//	completion bash|zsh|fish                    the shell's completion script
 //
 // Global flags, accepted before or after the command:
 //

@@ -76,6 +76,7 @@ func init() {
 		{"work", "--exec CMD [--capacity N] [--worker-id ID] [--groups G,...] [--shutdown-timeout D] [--quiet]", "serve the collection from here: each run executes a shell command", runWork},
 		{"dashboard", "[--addr A] [--read-only] [--allow-host NAME]", "serve the web dashboard (with no server set: the development server with demo tasks)", runDashboard},
 		{"dev", "[--addr A] [--data DIR]", "run the development server for mongosh, Compass and the examples", runDev},
+		{"completion", "bash|zsh|fish", "print the shell's completion script, to load as in source <(mscheduler completion bash)", runCompletion},
 		{"version", "", "print the version", runVersion},
 	}
 }
@@ -175,6 +176,9 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		}
 		c.printUsage()
 		return errHelpShown
+	}
+	if name == completeCommand { // the completion scripts' hidden command
+		return c.complete(rest)
 	}
 	for _, cmd := range commands {
 		if cmd.name == name {
