@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -93,7 +94,11 @@ func (w *Worker) serveHTTP() (*http.Server, error) {
 	})
 	served := "/metrics, /healthz and /readyz"
 	if w.cfg.Dashboard != nil {
-		d, err := dashboard.New(w.db, w.cfg.Dashboard)
+		dcfg := *w.cfg.Dashboard
+		if name := dashboard.ListenName(w.cfg.HTTPAddr); name != "" {
+			dcfg.AllowedHosts = append(slices.Clone(dcfg.AllowedHosts), name)
+		}
+		d, err := dashboard.New(w.db, &dcfg)
 		if err != nil {
 			_ = ln.Close()
 			return nil, fmt.Errorf("worker: Dashboard: %w", err)

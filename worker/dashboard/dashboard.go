@@ -53,12 +53,12 @@ type Config struct {
 	// QueryTimeout bounds each query. Defaults to [QueryTimeoutDefault].
 	QueryTimeout time.Duration
 	// AllowedHosts are the host names (as in the Host header, without the
-	// port) the dashboard answers to, besides localhost, 127.0.0.1 and
-	// ::1, which it always answers to. A request for any other name is
-	// refused with 421, so that a page whose name was rebound to the
-	// dashboard's address (DNS rebinding) cannot read or act. Defaults to
-	// none: the loopback names only, or any name when Token is set (the
-	// browser never sends the token to another name).
+	// port) the dashboard answers to, besides localhost and IP addresses
+	// (127.0.0.1, ::1, the address it is bound to), which it always answers
+	// to. A request for any other name is refused with 421, token or not,
+	// so that a page whose name was rebound to the dashboard's address (DNS
+	// rebinding) cannot read or act. The command and the worker runtime add
+	// the name of their listening address. Defaults to none.
 	AllowedHosts []string
 	// MaxBodyBytes bounds a request's body; a longer one is refused with
 	// 413. Defaults to [MaxBodyBytesDefault].

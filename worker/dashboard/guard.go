@@ -61,18 +61,30 @@ func (d *Dashboard) guard(next http.Handler) http.Handler {
 }
 
 // hostAllowed says the dashboard answers to host (a Host header, with or
-// without its port): a loopback name, a name of AllowedHosts, or, with a
-// token and no AllowedHosts, any name (a rebound page cannot send the
-// token: the browser keeps it for the dashboard's own name).
+// without its port): a loopback name, an IP address, or a name of
+// AllowedHosts. A token does not widen it: a rebound page cannot send the
+// token, but it can still load the login page and the read-only pages of a
+// dashboard that also answers on loopback without one. An IP address cannot
+// be rebound, since rebinding needs a name whose DNS answers the attacker
+// controls.
 func (d *Dashboard) hostAllowed(host string) bool {
 	name := strings.ToLower(hostOf(host))
-	if slices.Contains(loopbackNames, name) || isLoopbackIP(name) {
+	if slices.Contains(loopbackNames, name) || net.ParseIP(name) != nil {
 		return true
 	}
-	if len(d.cfg.AllowedHosts) == 0 {
-		return d.cfg.Token != ""
-	}
 	return slices.ContainsFunc(d.cfg.AllowedHosts, func(a string) bool { return strings.EqualFold(a, name) })
+}
+
+// ListenName is the host name of a listen address such as
+// "dash.internal:8080", for AllowedHosts: a server bound to a name answers
+// to it. It is "" for an IP address or none (every interface), which the
+// dashboard answers to already.
+func ListenName(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" || net.ParseIP(host) != nil || slices.Contains(loopbackNames, strings.ToLower(host)) {
+		return ""
+	}
+	return host
 }
 
 // hostOf is the name in a Host header, without its port or brackets.

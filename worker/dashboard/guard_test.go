@@ -74,9 +74,10 @@ func TestRebindingIsRefused(t *testing.T) {
 	}
 }
 
-// TestAllowedHostsAndTokens: a name of AllowedHosts is answered; with a
-// token and no AllowedHosts any name is (the token guards it); without a
-// token, only this machine's peers are.
+// TestAllowedHostsAndTokens: a name of AllowedHosts is answered, and an
+// IP address, which cannot be rebound; another name is refused, even with
+// a token (a rebound page could still load the login page); without a
+// token, only this machine's peers are answered.
 func TestAllowedHostsAndTokens(t *testing.T) {
 	named := guarded(t, Config{AllowedHosts: []string{"dash.internal"}})
 	if w := request(named, "GET", "dash.internal:8080", loopbackPeer, "/static/live.js", nil, nil); w.Code != http.StatusOK {
@@ -88,13 +89,24 @@ func TestAllowedHostsAndTokens(t *testing.T) {
 	if w := request(named, "GET", "dash.internal", "10.1.2.3:40000", "/static/live.js", nil, nil); w.Code != http.StatusForbidden {
 		t.Errorf("no token, a peer on another machine: %d, want 403", w.Code)
 	}
-	tokened := guarded(t, Config{Token: "s3cret"})
+	tokened := guarded(t, Config{Token: "s3cret", AllowedHosts: []string{"dash.example.com"}})
 	if w := request(tokened, "GET", "dash.example.com", "10.1.2.3:40000", "/static/live.js", nil, nil); w.Code != http.StatusUnauthorized {
 		t.Errorf("a token set, no token sent: %d, want 401", w.Code)
 	}
 	bearer := http.Header{"Authorization": {"Bearer s3cret"}}
 	if w := request(tokened, "GET", "dash.example.com", "10.1.2.3:40000", "/static/live.js", nil, bearer); w.Code != http.StatusOK {
 		t.Errorf("a token set and sent, from another machine: %d, want 200", w.Code)
+	}
+	if w := request(tokened, "GET", "10.0.0.7:8080", "10.1.2.3:40000", "/static/live.js", nil, bearer); w.Code != http.StatusOK {
+		t.Errorf("an IP address as Host: %d, want 200", w.Code)
+	}
+	if w := request(tokened, "GET", "rebound.attacker.example", "10.1.2.3:40000", "/static/live.js", nil, bearer); w.Code != http.StatusMisdirectedRequest {
+		t.Errorf("a token set, a name not allowed: %d, want 421", w.Code)
+	}
+	for addr, want := range map[string]string{"dash.internal:8080": "dash.internal", "0.0.0.0:8080": "", ":8080": "", "[::1]:80": "", "localhost:80": "", "10.0.0.7:80": ""} {
+		if got := ListenName(addr); got != want {
+			t.Errorf("ListenName(%q) = %q, want %q", addr, got, want)
+		}
 	}
 	if _, err := New(nil, &Config{AllowedHosts: []string{"http://dash.internal"}}); err == nil || !strings.Contains(err.Error(), "AllowedHosts[0]") {
 		t.Errorf("a URL in AllowedHosts: %v, want an error naming AllowedHosts[0]", err)
