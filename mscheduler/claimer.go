@@ -199,6 +199,9 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 			c.holdBack(ctx, st)
 			return
 		}
+		if want = c.demanded(want); want <= 0 {
+			return // nobody waits for more: Wake brings the loop back
+		}
 		k := c.takeSlots(want)
 		if k == 0 {
 			return
@@ -248,6 +251,16 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 // found at the next pass and released unrun, their tasks claimed again.
 func (c *Consumer[P, R]) claimCtx(lease time.Duration) (context.Context, context.CancelFunc) {
 	return retry.Bounded(context.Background(), max(c.cfg.WriteTimeout, lease/2), errWriteTimeout)
+}
+
+// demanded bounds a claim of want runs by ClaimDemand: held counts the
+// runs claimed and not yet handed to a handler, which the demand does
+// not know of yet.
+func (c *Consumer[P, R]) demanded(want int) int {
+	if c.cfg.ClaimDemand == nil {
+		return want
+	}
+	return min(want, c.cfg.ClaimDemand()-int(c.held.Load()))
 }
 
 // minBatchClaim is the fewest free slots a batch claim fills: it costs

@@ -138,6 +138,13 @@ type ConsumerConfig struct {
 	// Middleware wraps every handler attempt; the first is the outermost.
 	// Defaults to none.
 	Middleware []Middleware
+	// ClaimDemand, when set, makes the consumer pull: it is the most runs
+	// the consumer should hold now, claimed runs not yet handed to their
+	// handler included, and claims stop there, whatever slots are free.
+	// It is for handlers that hand runs on to executors waiting elsewhere,
+	// as the HTTP gateway does. Call [Consumer.Wake] when it rises.
+	// Defaults to none: claims fill the free slots.
+	ClaimDemand func() int
 
 	// The fields below tune discovery, claims, batches, leases, writes and
 	// maintenance for load and for the server; their defaults suit most
@@ -747,6 +754,11 @@ func (c *Consumer[P, R]) cancelRuns(key string) {
 }
 
 // wake tells the claim loop that a task may have become claimable.
+// Wake makes the consumer look for claimable tasks now, as a change
+// stream event or its own run ends do; with ClaimDemand, call it when the
+// demand rises.
+func (c *Consumer[P, R]) Wake() { c.wake() }
+
 func (c *Consumer[P, R]) wake() {
 	select {
 	case c.wakeCh <- struct{}{}:

@@ -30,6 +30,10 @@ var (
 	ErrTimeout = errors.New("mscheduler: handler timed out")
 	// ErrStopped is returned by Start on a consumer that was stopped.
 	ErrStopped = errors.New("mscheduler: consumer stopped")
+	// ErrRelease, returned by a handler (wrapped or not), gives its run back
+	// unrun: it is recorded released, not failed, and not retried locally,
+	// and its task may be claimed again at once, by any worker.
+	ErrRelease = errors.New("mscheduler: run released by its handler")
 )
 
 // InvalidError reports input that was refused before anything was written.
@@ -71,7 +75,7 @@ func (e *skipRetryError) Unwrap() error { return e.err }
 
 func isSkipRetry(err error) bool {
 	var s *skipRetryError
-	return errors.As(err, &s)
+	return errors.As(err, &s) || errors.Is(err, ErrRelease)
 }
 
 // ErrNotApplicable is matched (with errors.Is) by every *ActionError.

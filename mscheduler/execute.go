@@ -72,7 +72,7 @@ func (c *Consumer[P, R]) execute(ctx context.Context, r *lease.Run, task *Task[P
 			end.Record.Outcome, end.Record.Result = OutcomeFailed, bson.RawValue{}
 			end.Record.Error = err.Error()
 		}
-	case errors.Is(context.Cause(ctx), ErrShutdown):
+	case errors.Is(context.Cause(ctx), ErrShutdown), ctx.Err() == nil && errors.Is(err, ErrRelease):
 		end.Record.Outcome = OutcomeReleased
 		end.Record.Error = c.capError(err.Error())
 	case errors.Is(context.Cause(ctx), ErrRevoked):
