@@ -1,0 +1,131 @@
+package gateway
+
+import (
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+)
+
+// Route is one route of the gateway, as the OpenAPI document lists it.
+type Route struct {
+	Method, Pattern string
+	handle          func(g *Gateway, w http.ResponseWriter, r *http.Request, c caller) error
+}
+
+// Routes are the gateway's routes; {collection} names a task collection
+// of the gateway's database, {key} a task's key (escaped in the path).
+var Routes = []Route{
+	{"POST", "/v1/collections/{collection}/tasks", (*Gateway).publish},
+	{"GET", "/v1/collections/{collection}/tasks", (*Gateway).list},
+	{"GET", "/v1/collections/{collection}/tasks/{key}", (*Gateway).get},
+	{"POST", "/v1/collections/{collection}/tasks/{key}/cancel", (*Gateway).cancel},
+	{"POST", "/v1/collections/{collection}/take", (*Gateway).takeRuns},
+	{"POST", "/v1/collections/{collection}/renew", (*Gateway).renewRuns},
+	{"POST", "/v1/collections/{collection}/complete", (*Gateway).complete},
+	{"POST", "/v1/collections/{collection}/fail", (*Gateway).fail},
+	{"POST", "/v1/collections/{collection}/release", (*Gateway).release},
+	{"GET", "/openapi.json", nil},
+}
+
+//go:embed openapi.json
+var openAPI []byte
+
+// apiError is an answer other than success: its status, the request field
+// it is about ("" when none) and what to do.
+type apiError struct {
+	status  int
+	field   string
+	message string
+}
+
+func (e *apiError) Error() string { return e.message }
+
+func serverError(err error) *apiError {
+	return &apiError{http.StatusServiceUnavailable, "", "the server: " + err.Error()}
+}
+
+// errorJSON is the body of every answer that is not a success.
+type errorJSON struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+}
+
+func writeError(w http.ResponseWriter, status int, field, msg string) {
+	writeJSON(w, status, errorJSON{Error: msg, Field: field})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// route authenticates a request and runs its handler, turning its error
+// into the JSON answer.
+func (g *Gateway) route(rt Route) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if rt.handle == nil {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(openAPI)
+			return
+		}
+		c, aerr := g.authenticate(r)
+		if aerr == nil {
+			if err := rt.handle(g, w, r, c); err != nil && !errors.As(err, &aerr) {
+				aerr = &apiError{http.StatusInternalServerError, "", err.Error()}
+			}
+		}
+		if aerr != nil {
+			writeError(w, aerr.status, aerr.field, aerr.message)
+		}
+	}
+}
+
+// decode reads a JSON body into v, refusing unknown fields, trailing data
+// and a body over the limit, naming what is wrong.
+func decode(r *http.Request, v any) *apiError {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return &apiError{http.StatusUnsupportedMediaType, "Content-Type", fmt.Sprintf("send application/json, not %q", ct)}
+		}
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("more than one JSON value")
+	}
+	var tooBig *http.MaxBytesError
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &tooBig):
+		return &apiError{http.StatusRequestEntityTooLarge, "body", fmt.Sprintf("the body is larger than %d bytes", tooBig.Limit)}
+	case errors.As(err, &typeErr):
+		field := strings.TrimPrefix(typeErr.Field, "taskIn.") // the embedded struct of a one-task publish
+		return &apiError{http.StatusBadRequest, field, fmt.Sprintf("%s must be a JSON %s, not %s", field, typeErr.Type, typeErr.Value)}
+	default:
+		return &apiError{http.StatusBadRequest, "body", "the body is not the JSON this route takes: " + err.Error()}
+	}
+}
+
+// millis is a duration in whole milliseconds, as the task document keeps
+// them.
+func millis(d time.Duration) int64 { return d.Milliseconds() }
+
+// invalidField names the JSON field of a library *InvalidError.
+func invalidError(err error, prefix string) *apiError {
+	var ie *mscheduler.InvalidError
+	if !errors.As(err, &ie) {
+		return nil
+	}
+	return &apiError{http.StatusBadRequest, prefix + jsonFieldOf(ie.Field), jsonNamesIn(ie.Reason)}
+}

@@ -1,0 +1,27 @@
+// Package gateway lets processes in any language run mscheduler tasks:
+// an http.Handler with which executors take runs over HTTP and JSON, renew
+// their leases, and complete, fail or release them, and with which any
+// client publishes, reads, lists and cancels tasks.
+//
+// The gateway is a front end on the consumer: for each collection and set
+// of executor groups it runs a [mscheduler.Consumer] of raw BSON params in
+// pull mode ([mscheduler.ConsumerConfig].ClaimDemand), which claims only
+// as many runs as executors wait for. Each claimed run's handler parks the
+// run until an executor takes it, then waits for that executor's outcome
+// while the consumer keeps the lease. Claims, leases, fences, retries,
+// plans, run ends and history are the consumer's, so every guarantee of
+// the library holds for runs done over HTTP.
+//
+// An executor keeps a run by renewing it within the task's worker timeout
+// (the lease_ms of its take); a run it stops renewing fails, saying so,
+// and is retried as any failed run. A run's executor is the only one that
+// may renew, complete, fail or release it. An executor that restarts and
+// takes again with the same id and a new session gets its unfinished runs
+// back at once, each delivery counted.
+//
+// Every request is guarded as the dashboard's are: a Host that is not a
+// loopback name, an IP address or one of Config.AllowedHosts gets 421;
+// without Config.Tokens only this machine's peers are served; bodies are
+// bounded. The routes and their answers are described by the OpenAPI
+// document served at /openapi.json.
+package gateway

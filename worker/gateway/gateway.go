@@ -1,0 +1,293 @@
+package gateway
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+)
+
+// Defaults of Config.
+const (
+	CapacityDefault     = 64
+	MaxTakeDefault      = 64
+	MaxWaitDefault      = 60 * time.Second
+	MaxWaitingDefault   = 256
+	UntakenHoldDefault  = 2 * time.Second
+	MaxBodyBytesDefault = 16 << 20
+	EndWaitDefault      = 30 * time.Second
+)
+
+// Executor is who a token speaks for: an executor id, stable across its
+// restarts, and the groups whose tasks it may run.
+type Executor struct {
+	ID     string
+	Groups []string
+}
+
+// Config configures a Gateway. The zero value serves this machine only,
+// with executors naming themselves.
+type Config struct {
+	// Tokens maps each bearer token to the executor it speaks for. With
+	// none, only this machine's peers are served, and executors name
+	// themselves (the "executor" and "groups" of their requests).
+	Tokens map[string]Executor
+	// WorkerID names the gateway's consumers in the task documents; each
+	// set of groups gets one, suffixed with its groups. Defaults to the
+	// host name and "-gateway".
+	WorkerID string
+	// Capacity is the most runs one set of groups holds at once, with
+	// executors or waiting for one. Defaults to [CapacityDefault].
+	Capacity int
+	// MaxTake bounds the runs one take returns. Defaults to [MaxTakeDefault].
+	MaxTake int
+	// MaxWait bounds how long a take waits for work. Defaults to
+	// [MaxWaitDefault].
+	MaxWait time.Duration
+	// MaxWaiting bounds the takes waiting at once; more are refused with
+	// 429. Defaults to [MaxWaitingDefault].
+	MaxWaiting int
+	// UntakenHold is how long a claimed run waits for a taker (its take
+	// gave up meanwhile) before it is released for others. Defaults to
+	// [UntakenHoldDefault].
+	UntakenHold time.Duration
+	// EndWait bounds how long complete, fail and release wait for the run
+	// end to be written before answering 202. Defaults to [EndWaitDefault].
+	EndWait time.Duration
+	// MaxBodyBytes bounds a request's body: 413 beyond. Defaults to
+	// [MaxBodyBytesDefault], room for the largest params the library takes.
+	MaxBodyBytes int64
+	// AllowedHosts are the host names answered besides localhost and IP
+	// addresses, as for the dashboard. Defaults to none.
+	AllowedHosts []string
+	// Consumer is the template of the consumers' configuration; its
+	// WorkerID, Groups, Capacity, ClaimDemand and OnEvent are the
+	// gateway's. Defaults to the library's defaults.
+	Consumer mscheduler.ConsumerConfig
+	// HeartbeatInterval is how often the executors that call are announced
+	// in the worker registry (mscheduler.workers), where the dashboard and
+	// the command's workers list show them. Defaults to
+	// [HeartbeatIntervalDefault].
+	HeartbeatInterval time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) withDefaults() *Config {
+	out := Config{}
+	if c != nil {
+		out = *c
+	}
+	if out.WorkerID == "" {
+		host, _ := os.Hostname()
+		out.WorkerID = cmp.Or(host, "mscheduler") + "-gateway"
+	}
+	out.Capacity = cmp.Or(out.Capacity, CapacityDefault)
+	out.MaxTake = cmp.Or(out.MaxTake, MaxTakeDefault)
+	out.MaxWait = cmp.Or(out.MaxWait, MaxWaitDefault)
+	out.MaxWaiting = cmp.Or(out.MaxWaiting, MaxWaitingDefault)
+	out.UntakenHold = cmp.Or(out.UntakenHold, UntakenHoldDefault)
+	out.EndWait = cmp.Or(out.EndWait, EndWaitDefault)
+	out.MaxBodyBytes = cmp.Or(out.MaxBodyBytes, MaxBodyBytesDefault)
+	out.HeartbeatInterval = cmp.Or(out.HeartbeatInterval, HeartbeatIntervalDefault)
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	return &out
+}
+
+func (c *Config) validate() error {
+	for name, v := range map[string]int{"Capacity": c.Capacity, "MaxTake": c.MaxTake, "MaxWaiting": c.MaxWaiting} {
+		if v < 0 {
+			return fmt.Errorf("gateway: invalid %s: must not be negative, got %d", name, v)
+		}
+	}
+	for token, ex := range c.Tokens {
+		if len(token) < 16 {
+			return fmt.Errorf("gateway: invalid Tokens: a token of executor %q has %d characters, want 16 or more", ex.ID, len(token))
+		}
+		if err := mscheduler.ValidateWorkerID(ex.ID); err != nil {
+			return fmt.Errorf("gateway: invalid Tokens[…].ID: %w", err)
+		}
+	}
+	return nil
+}
+
+// Gateway is the HTTP front end. Its pools start on first use; Stop ends
+// them, giving back the runs they hold.
+type Gateway struct {
+	db  *mongo.Database
+	cfg *Config
+	mux *http.ServeMux
+
+	mu        sync.Mutex // guards what follows; handlers and the pools' handlers take it
+	pools     map[string]*pool
+	producers map[string]*mscheduler.Producer[bson.RawValue]
+	runs      map[string]*parked               // by run id: every run a handler holds
+	sessions  map[string]*sessions             // by executor id
+	waiting   int                              // takes waiting, all pools
+	ends      map[string]chan mscheduler.Event // by run id: end requests waiting for their run's end
+	stopped   bool
+	stopCh    chan struct{} // closed by Stop: parked runs are released
+	executors map[string]*executorSeen
+	beating   bool          // the heartbeat loop runs
+	beatsDone chan struct{} // closed when it ends
+}
+
+// New returns a gateway for the task collections of db.
+func New(db *mongo.Database, cfg *Config) (*Gateway, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	g := &Gateway{
+		db: db, cfg: cfg, mux: http.NewServeMux(),
+		pools: map[string]*pool{}, producers: map[string]*mscheduler.Producer[bson.RawValue]{},
+		runs: map[string]*parked{}, sessions: map[string]*sessions{}, stopCh: make(chan struct{}),
+		executors: map[string]*executorSeen{}, beatsDone: make(chan struct{}),
+	}
+	for _, r := range Routes {
+		g.mux.HandleFunc(r.Method+" "+r.Pattern, g.route(r))
+	}
+	return g, nil
+}
+
+// ServeHTTP serves the routes of Routes, guarded.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !g.hostAllowed(r.Host) {
+		writeError(w, http.StatusMisdirectedRequest, "host", fmt.Sprintf("this gateway does not answer to the host %q: list it in Config.AllowedHosts (the command's --allow-host)", hostOf(r.Host)))
+		return
+	}
+	if r.ContentLength > g.cfg.MaxBodyBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, "body", fmt.Sprintf("the body is larger than %d bytes (MaxBodyBytes)", g.cfg.MaxBodyBytes))
+		return
+	}
+	if r.Body != nil {
+		r.Body = http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes)
+	}
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	g.mux.ServeHTTP(w, r)
+}
+
+// Stop stops every pool: runs waiting for a taker or with an executor are
+// released at once, and their executors' next calls get 409. It waits for
+// the consumers to write those ends, as Consumer.Stop does, until ctx is
+// done. It may be called more than once.
+func (g *Gateway) Stop(ctx context.Context) error {
+	g.mu.Lock()
+	if !g.stopped {
+		close(g.stopCh)
+	}
+	g.stopped = true
+	beating := g.beating
+	pools := make([]*pool, 0, len(g.pools))
+	for _, p := range g.pools {
+		pools = append(pools, p)
+	}
+	g.mu.Unlock()
+	if beating {
+		select {
+		case <-g.beatsDone:
+		case <-ctx.Done():
+		}
+	}
+	var errs []error
+	for _, p := range pools {
+		errs = append(errs, p.consumer.Stop(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// caller is who a request comes from.
+type caller struct {
+	executor Executor
+	named    bool // the executor named itself: no tokens are configured
+}
+
+// authenticate finds the caller of r: the executor of its bearer token,
+// or, with no tokens configured, a peer on this machine.
+func (g *Gateway) authenticate(r *http.Request) (caller, *apiError) {
+	if len(g.cfg.Tokens) == 0 {
+		if !fromLoopback(r.RemoteAddr) {
+			return caller{}, &apiError{http.StatusForbidden, "token", "a gateway without tokens serves this machine only: set Config.Tokens (the command's --tokens)"}
+		}
+		return caller{named: true}, nil
+	}
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return caller{}, &apiError{http.StatusUnauthorized, "token", "send Authorization: Bearer <token>"}
+	}
+	for t, ex := range g.cfg.Tokens {
+		if constantTimeEqual(t, token) {
+			return caller{executor: ex}, nil
+		}
+	}
+	return caller{}, &apiError{http.StatusUnauthorized, "token", "the token is not one of this gateway's"}
+}
+
+// executorOf settles the executor of a request body's claims: the token's,
+// or with no tokens the body's own, which must then be given.
+func (c caller) executorOf(id string, groups []string) (Executor, *apiError) {
+	if c.named {
+		if err := mscheduler.ValidateWorkerID(id); err != nil {
+			return Executor{}, &apiError{http.StatusBadRequest, "executor", err.Error()}
+		}
+		return Executor{ID: id, Groups: groups}, nil
+	}
+	if id != "" && id != c.executor.ID {
+		return Executor{}, &apiError{http.StatusForbidden, "executor", fmt.Sprintf("the token speaks for executor %q, not %q", c.executor.ID, id)}
+	}
+	if groups != nil && !slices.Equal(sortedCopy(groups), sortedCopy(c.executor.Groups)) {
+		return Executor{}, &apiError{http.StatusForbidden, "groups", "the token's groups are set by the gateway; leave groups out"}
+	}
+	return c.executor, nil
+}
+
+func sortedCopy(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return out
+}
+
+// producer returns the producer of a collection that exists.
+func (g *Gateway) producer(ctx context.Context, coll string) (*mscheduler.Producer[bson.RawValue], *apiError) {
+	g.mu.Lock()
+	p := g.producers[coll]
+	g.mu.Unlock()
+	if p != nil {
+		return p, nil
+	}
+	if coll == "" || strings.HasPrefix(coll, "system.") || strings.HasSuffix(coll, ".meta") || strings.HasSuffix(coll, ".runs") {
+		return nil, &apiError{http.StatusNotFound, "collection", fmt.Sprintf("%q is not a task collection", coll)}
+	}
+	names, err := g.db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: coll}})
+	if err != nil {
+		return nil, serverError(err)
+	}
+	if len(names) == 0 {
+		return nil, &apiError{http.StatusNotFound, "collection", fmt.Sprintf("collection %q does not exist: create it with mscheduler -c %s migrate --create", coll, coll)}
+	}
+	np, err := mscheduler.NewProducer[bson.RawValue](g.db.Collection(coll), nil)
+	if err != nil {
+		return nil, serverError(err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if p := g.producers[coll]; p != nil {
+		return p, nil
+	}
+	g.producers[coll] = np
+	return np, nil
+}

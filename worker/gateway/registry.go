@@ -1,0 +1,102 @@
+package gateway
+
+import (
+	"context"
+	"net"
+	"slices"
+	"time"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+)
+
+// HeartbeatIntervalDefault is the default Config.HeartbeatInterval.
+const HeartbeatIntervalDefault = 10 * time.Second
+
+// executorSeen is what the gateway knows of an executor, for the worker
+// registry: the dashboard and the command's workers list show executors
+// beside worker processes.
+type executorSeen struct {
+	groups      []string
+	host        string
+	collections []string
+	started     time.Time // wall clock, for the registry
+	lastCall    time.Time // wall clock of its last take or renew
+}
+
+// seen notes a take or renew of an executor, for its next heartbeat.
+func (g *Gateway) seen(ex Executor, coll, remoteAddr string) {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	now := time.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.executors[ex.ID]
+	if s == nil {
+		s = &executorSeen{started: now}
+		g.executors[ex.ID] = s
+	}
+	s.groups, s.host, s.lastCall = ex.Groups, host, now
+	if !slices.Contains(s.collections, coll) {
+		s.collections = append(s.collections, coll)
+	}
+	if !g.beating {
+		g.beating = true
+		go g.heartbeats()
+	}
+}
+
+// heartbeats announces the executors that called within the last
+// StaleAfterBeats intervals, every HeartbeatInterval, until Stop. An
+// executor that stops calling goes stale in the registry as a dead worker
+// process does.
+func (g *Gateway) heartbeats() {
+	defer close(g.beatsDone)
+	tick := time.NewTicker(g.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		g.beat()
+		select {
+		case <-tick.C:
+		case <-g.stopCh:
+			return
+		}
+	}
+}
+
+func (g *Gateway) beat() {
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.HeartbeatInterval)
+	defer cancel()
+	for _, w := range g.liveExecutors() {
+		if err := mscheduler.Heartbeat(ctx, g.db, w); err != nil {
+			g.cfg.Logger.Warn("gateway: executor heartbeat failed", "executor", w.ID, "error", err)
+			return
+		}
+	}
+}
+
+// liveExecutors are the registry documents of the executors that called
+// lately, with the runs each holds.
+func (g *Gateway) liveExecutors() []mscheduler.WorkerInfo {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	held := map[string]int{}
+	for _, r := range g.runs {
+		if id := r.executorID(); id != "" {
+			held[id]++
+		}
+	}
+	cutoff := time.Now().Add(-mscheduler.StaleAfterBeats * g.cfg.HeartbeatInterval)
+	var out []mscheduler.WorkerInfo
+	for id, s := range g.executors {
+		if s.lastCall.Before(cutoff) && held[id] == 0 {
+			continue
+		}
+		out = append(out, mscheduler.WorkerInfo{
+			ID: id, Host: s.host, Version: "gateway executor via " + g.cfg.WorkerID, Collections: slices.Clone(s.collections),
+			Groups: slices.Clone(s.groups), Running: held[id], StartedAt: s.started, HeartbeatMS: g.cfg.HeartbeatInterval.Milliseconds(),
+		})
+	}
+	return out
+}
