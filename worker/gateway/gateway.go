@@ -92,7 +92,8 @@ func (c *Config) withDefaults() *Config {
 	}
 	if out.WorkerID == "" {
 		host, _ := os.Hostname()
-		out.WorkerID = cmp.Or(host, "mscheduler") + "-gateway"
+		out.WorkerID = strings.ReplaceAll(cmp.Or(host, "mscheduler"), ".", "-") + "-gateway" // a worker id has no '.'
+
 	}
 	out.Capacity = cmp.Or(out.Capacity, CapacityDefault)
 	out.MaxTake = cmp.Or(out.MaxTake, MaxTakeDefault)
@@ -109,6 +110,9 @@ func (c *Config) withDefaults() *Config {
 }
 
 func (c *Config) validate() error {
+	if err := mscheduler.ValidateWorkerID(c.WorkerID); err != nil {
+		return fmt.Errorf("gateway: invalid WorkerID: %w", err)
+	}
 	for name, v := range map[string]int{"Capacity": c.Capacity, "MaxTake": c.MaxTake, "MaxWaiting": c.MaxWaiting} {
 		if v < 0 {
 			return fmt.Errorf("gateway: invalid %s: must not be negative, got %d", name, v)
@@ -120,6 +124,11 @@ func (c *Config) validate() error {
 		}
 		if err := mscheduler.ValidateWorkerID(ex.ID); err != nil {
 			return fmt.Errorf("gateway: invalid Tokens[…].ID: %w", err)
+		}
+		for _, g := range ex.Groups {
+			if err := mscheduler.ValidateWorkerID(g); err != nil {
+				return fmt.Errorf("gateway: invalid Tokens[…].Groups of %q: %w", ex.ID, err)
+			}
 		}
 	}
 	return nil
@@ -242,7 +251,12 @@ func (g *Gateway) authenticate(r *http.Request) (caller, *apiError) {
 func (c caller) executorOf(id string, groups []string) (Executor, *apiError) {
 	if c.named {
 		if err := mscheduler.ValidateWorkerID(id); err != nil {
-			return Executor{}, &apiError{http.StatusBadRequest, "executor", err.Error()}
+			return Executor{}, &apiError{http.StatusBadRequest, "executor", reasonOf(err)}
+		}
+		for i, g := range groups {
+			if err := mscheduler.ValidateWorkerID(g); err != nil { // a group names the pool's worker id
+				return Executor{}, &apiError{http.StatusBadRequest, fmt.Sprintf("groups[%d]", i), reasonOf(err)}
+			}
 		}
 		return Executor{ID: id, Groups: groups}, nil
 	}
@@ -253,6 +267,16 @@ func (c caller) executorOf(id string, groups []string) (Executor, *apiError) {
 		return Executor{}, &apiError{http.StatusForbidden, "groups", "the token's groups are set by the gateway; leave groups out"}
 	}
 	return c.executor, nil
+}
+
+// reasonOf is what a library *InvalidError says is wrong, without the
+// library's field name.
+func reasonOf(err error) string {
+	var ie *mscheduler.InvalidError
+	if errors.As(err, &ie) {
+		return ie.Reason
+	}
+	return err.Error()
 }
 
 func sortedCopy(s []string) []string {
@@ -273,6 +297,9 @@ func (g *Gateway) producer(ctx context.Context, coll string) (*mscheduler.Produc
 		return nil, &apiError{http.StatusNotFound, "collection", fmt.Sprintf("%q is not a task collection", coll)}
 	}
 	names, err := g.db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: coll}})
+	if err != nil && ctx.Err() != nil {
+		return nil, &apiError{http.StatusServiceUnavailable, "", "the request ended before the gateway answered: it is stopping, or the client went away"}
+	}
 	if err != nil {
 		return nil, serverError(err)
 	}

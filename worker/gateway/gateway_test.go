@@ -248,6 +248,7 @@ func TestMalformedRequestsChangeNothing(t *testing.T) {
 		{"/take", map[string]any{"executor": "e", "max": 100000}, 400, "max"},
 		{"/take", map[string]any{"executor": "e", "wait_ms": -1}, 400, "wait_ms"},
 		{"/take", map[string]any{"executor": "a.b"}, 400, "executor"},
+		{"/take", map[string]any{"executor": "e", "groups": []string{"gpu", "a.b"}}, 400, "groups[1]"},
 		{"/renew", map[string]any{"executor": "e"}, 400, "run_ids"},
 		{"/complete", map[string]any{"executor": "e"}, 400, "run_id"},
 		{"/complete", map[string]any{"executor": "e", "run_id": "r", "error": "x"}, 400, "error"},

@@ -160,7 +160,7 @@ func (c *cli) printUsage() {
             print this help, or the flags of a command
 
 Global flags, before or after the command:
-  -c, --collection NAME   the task collection (required but for dev, dashboard, workers and version)
+  -c, --collection NAME   the task collection (required but for dev, dashboard, gateway, workers and version)
   --db NAME               the database (default $MSCHEDULER_DB, else "mscheduler")
   --uri URI               the connection string (default $MONGODB_URI)
   --connect-timeout D     how long to look for the server (default 5s)
