@@ -153,8 +153,9 @@ func (p *pool) take(ctx context.Context, ex Executor, session string, n int, wai
 }
 
 // takeLinger is how long a take that has runs waits for more, so that a
-// claim's batch goes out in one answer.
-const takeLinger = 20 * time.Millisecond
+// claim's batch goes out in one answer: the handlers of one claim start
+// within it. Longer, and every take at low load pays it.
+const takeLinger = 2 * time.Millisecond
 
 // register and unregister keep the index of held runs by run id.
 func (g *Gateway) register(r *parked) {
