@@ -62,7 +62,7 @@ type claimed struct {
 // (see claimchoice.go), or else from candidates read now. It reports the
 // runs won, and whether the candidates ran out (nothing else is claimable
 // now).
-func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) ([]claimed, bool, error) {
+func (c *engine) claimBatch(ctx context.Context, st *claimState, k int) ([]claimed, bool, error) {
 	now := c.clock.Now()
 	chosen := st.spares.Take(k, time.Now(), c.cfg.ClaimSpareFor)
 	fromSpares, tried := chosen != nil, false
@@ -164,7 +164,7 @@ func (c *Consumer[P, R]) claimBatch(ctx context.Context, st *claimState, k int) 
 // spares. tried says every candidate read was chosen. When it leaves
 // candidates of other shares to their consumers for a moment (see
 // passOver), it says until when in st.heldUntil.
-func (c *Consumer[P, R]) chooseCandidates(ctx context.Context, st *claimState, k int, now time.Time) ([]claimchoice.Candidate, bool, error) {
+func (c *engine) chooseCandidates(ctx context.Context, st *claimState, k int, now time.Time) ([]claimchoice.Candidate, bool, error) {
 	limit := k * max(claimSpread, min(st.peers, maxClaimSpread)) // for workers to choose apart
 	if c.cfg.ClaimSpareFor > 0 {
 		limit = max(2*limit, minSpareRead)
@@ -193,7 +193,7 @@ func (c *Consumer[P, R]) chooseCandidates(ctx context.Context, st *claimState, k
 // its own consumer: twice the round trip of its last claim, so that a
 // consumer with free slots has had the time to claim it, within
 // [passOverMin, the poll interval].
-func (c *Consumer[P, R]) passOverWait(st *claimState) time.Duration {
+func (c *engine) passOverWait(st *claimState) time.Duration {
 	return max(passOverMin, min(2*st.claimLatency, c.pollInterval()))
 }
 
@@ -207,7 +207,7 @@ const minSpareRead = 16
 
 // claimedAsRead builds the tasks as claimed from the candidates as read,
 // when every statement was fenced on its candidate's rev and matched.
-func (c *Consumer[P, R]) claimedAsRead(st *claimState, chosen []claimchoice.Candidate, runIDs []string, now time.Time) ([]claimed, bool) {
+func (c *engine) claimedAsRead(st *claimState, chosen []claimchoice.Candidate, runIDs []string, now time.Time) ([]claimed, bool) {
 	out := make([]claimed, len(chosen))
 	for i, cd := range chosen {
 		raw, err := taskstate.ClaimedAsRead(cd.Raw, c.cfg.WorkerID, c.claimHolder(runIDs[i], now), now, c.claimExpiry(st, now))
@@ -237,14 +237,14 @@ func notWon(runIDs []string, won []claimed) []int {
 // claimFilterOf is the claim filter on the candidate alone, as a statement
 // of a batch claim: every write of a claim names its task, by its _id as
 // read.
-func (c *Consumer[P, R]) claimFilterOf(st *claimState, cd claimchoice.Candidate, now time.Time) bson.D {
+func (c *engine) claimFilterOf(st *claimState, cd claimchoice.Candidate, now time.Time) bson.D {
 	return c.claimant(st, now).DueByKey(cd.ID, now)
 }
 
 // claimEachAlone claims the candidates one at a time, after a batch the
 // server refused part of. A task whose claim is refused is set invalid,
 // naming the field; an error of another kind ends the tries.
-func (c *Consumer[P, R]) claimEachAlone(ctx context.Context, st *claimState, cands []claimchoice.Candidate) []claimed {
+func (c *engine) claimEachAlone(ctx context.Context, st *claimState, cands []claimchoice.Candidate) []claimed {
 	var out []claimed
 	for _, cd := range cands {
 		if ctx.Err() != nil {
@@ -261,7 +261,7 @@ func (c *Consumer[P, R]) claimEachAlone(ctx context.Context, st *claimState, can
 }
 
 // claimAlone claims one slot of the candidate with a write of its own.
-func (c *Consumer[P, R]) claimAlone(st *claimState, cd claimchoice.Candidate) ([]claimed, error) {
+func (c *engine) claimAlone(st *claimState, cd claimchoice.Candidate) ([]claimed, error) {
 	wctx, cancel := c.writeCtx()
 	defer cancel()
 	now, runID := c.clock.Now(), newRunID()
@@ -298,23 +298,23 @@ func appendBounded(ids []string, id string) []string {
 // Sweeps look at the task from when its lease may lapse: the shortest
 // worker timeout among the tasks this worker claimed last, a guess that
 // the first ping corrects.
-func (c *Consumer[P, R]) claimUpdate(st *claimState, runID string, now time.Time) bson.D {
+func (c *engine) claimUpdate(st *claimState, runID string, now time.Time) bson.D {
 	return taskstate.Claim(c.cfg.WorkerID, c.claimHolder(runID, now), c.claimExpiry(st, now), now)
 }
 
 // claimHolder is the holder entry a claim at now writes for run runID.
-func (c *Consumer[P, R]) claimHolder(runID string, now time.Time) holder {
+func (c *engine) claimHolder(runID string, now time.Time) holder {
 	return holder{Run: runID, Started: now, LeaseUntil: now.Add(claimLease)}
 }
 
 // claimExpiry is the next_expiry a claim at now lowers its task's to.
-func (c *Consumer[P, R]) claimExpiry(st *claimState, now time.Time) time.Time {
+func (c *engine) claimExpiry(st *claimState, now time.Time) time.Time {
 	return now.Add(st.leases.shortest())
 }
 
 // candidates reads up to limit claimable tasks in claim order, in full
 // but for their runs.
-func (c *Consumer[P, R]) candidates(ctx context.Context, filter bson.D, limit int) ([]claimchoice.Candidate, error) {
+func (c *engine) candidates(ctx context.Context, filter bson.D, limit int) ([]claimchoice.Candidate, error) {
 	raws, err := query.FindAll(ctx, c.coll, filter, claimSort, bson.D{{Key: fRuns, Value: 0}}, limit)
 	if err != nil {
 		return nil, fmt.Errorf("mscheduler: find claimable tasks: %w", err)
@@ -337,7 +337,7 @@ func (c *Consumer[P, R]) candidates(ctx context.Context, filter bson.D, limit in
 // few chosen. A run end of another run of the task may have changed the
 // status since (its failed runs exhausted, say); the count tells, and the
 // read is made again without it.
-func (c *Consumer[P, R]) readClaims(ctx context.Context, chosen []claimchoice.Candidate, runIDs []string, matched int64) ([]claimed, error) {
+func (c *engine) readClaims(ctx context.Context, chosen []claimchoice.Candidate, runIDs []string, matched int64) ([]claimed, error) {
 	if matched == 0 {
 		return nil, nil
 	}
@@ -353,7 +353,7 @@ func (c *Consumer[P, R]) readClaims(ctx context.Context, chosen []claimchoice.Ca
 }
 
 // claimsFilter selects the chosen tasks that one of runIDs claimed.
-func (c *Consumer[P, R]) claimsFilter(chosen []claimchoice.Candidate, runIDs []string) bson.D {
+func (c *engine) claimsFilter(chosen []claimchoice.Candidate, runIDs []string) bson.D {
 	keys := make(bson.A, len(chosen))
 	for i, cd := range chosen {
 		keys[i] = cd.ID
@@ -361,7 +361,7 @@ func (c *Consumer[P, R]) claimsFilter(chosen []claimchoice.Candidate, runIDs []s
 	return bson.D{{Key: fID, Value: op("$in", keys)}, {Key: holderPath(c.cfg.WorkerID, hRun), Value: op("$in", runIDs)}}
 }
 
-func (c *Consumer[P, R]) findClaims(ctx context.Context, filter bson.D, limit int) ([]claimed, error) {
+func (c *engine) findClaims(ctx context.Context, filter bson.D, limit int) ([]claimed, error) {
 	raws, err := query.FindAll(ctx, c.coll, filter, nil, bson.D{{Key: fRuns, Value: 0}}, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read claimed tasks: %w", err)

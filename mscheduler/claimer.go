@@ -39,7 +39,7 @@ const maxSkipped = 100
 // sweep that freed slots), the next due time it knows of (a future
 // run_at), or the jittered poll. Sweeps, announces and maintenance are
 // the upkeep loop's (see upkeeploop.go).
-func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
+func (c *engine) claimLoop(ctx context.Context) {
 	st := &claimState{backlog: true} // at start, work may be waiting: see claimSlots
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -77,7 +77,7 @@ func (c *Consumer[P, R]) claimLoop(ctx context.Context) {
 
 // claimLater puts a due claim off to the next poll, after err. What was
 // due is looked at then: left due, it would make every pass due, a loop.
-func (c *Consumer[P, R]) claimLater(ctx context.Context, st *claimState, err error) {
+func (c *engine) claimLater(ctx context.Context, st *claimState, err error) {
 	now := c.clock.Now()
 	st.pollAt = now.Add(jitter(c.pollInterval()))
 	st.due.popDue(now)
@@ -87,7 +87,7 @@ func (c *Consumer[P, R]) claimLater(ctx context.Context, st *claimState, err err
 
 // claimDue says the poll is due, or a time when a task may have become
 // claimable has come.
-func (c *Consumer[P, R]) claimDue(st *claimState) bool {
+func (c *engine) claimDue(st *claimState) bool {
 	now := c.clock.Now()
 	d, ok := st.due.peek()
 	gathered := !st.gatherUntil.IsZero() && !now.Before(st.gatherUntil)
@@ -137,7 +137,7 @@ func (st *claimState) adoptView(v peerView) {
 	st.peers, st.rank = v.alive, v.rank
 }
 
-func (c *Consumer[P, R]) pollInterval() time.Duration {
+func (c *engine) pollInterval() time.Duration {
 	if c.watching.open.Load() {
 		return c.cfg.ChangeStreamPollInterval
 	}
@@ -149,7 +149,7 @@ func jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
-func (c *Consumer[P, R]) untilNextWake(st *claimState) time.Duration {
+func (c *engine) untilNextWake(st *claimState) time.Duration {
 	now := c.clock.Now()
 	next := st.pollAt
 	for _, at := range []time.Time{st.gatherUntil, st.heldUntil} {
@@ -168,7 +168,7 @@ func (c *Consumer[P, R]) untilNextWake(st *claimState) time.Duration {
 // they are claimed, and the pass must end for the loop to look at its
 // timers. Several free slots are filled by a batch claim, one by a single
 // findAndModify.
-func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
+func (c *engine) claimAvailable(ctx context.Context, st *claimState) {
 	now := c.clock.Now()
 	st.adoptView(c.view())
 	poll := c.pollInterval()
@@ -249,14 +249,14 @@ func (c *Consumer[P, R]) claimAvailable(ctx context.Context, st *claimState) {
 // to run, and for WriteTimeout at least. A claim given up on sooner, on a
 // server that answers in seconds, is a claim redone: the runs it won are
 // found at the next pass and released unrun, their tasks claimed again.
-func (c *Consumer[P, R]) claimCtx(lease time.Duration) (context.Context, context.CancelFunc) {
+func (c *engine) claimCtx(lease time.Duration) (context.Context, context.CancelFunc) {
 	return retry.Bounded(context.Background(), max(c.cfg.WriteTimeout, lease/2), errWriteTimeout)
 }
 
 // demanded bounds a claim of want runs by ClaimDemand: held counts the
 // runs claimed and not yet handed to a handler, which the demand does
 // not know of yet.
-func (c *Consumer[P, R]) demanded(want int) int {
+func (c *engine) demanded(want int) int {
 	if c.cfg.ClaimDemand == nil {
 		return want
 	}
@@ -269,12 +269,12 @@ const minBatchClaim = 4
 
 // sparesServe says a claim of k slots, fewer than a batch fills, goes by
 // the spare candidates (see claimchoice.go).
-func (c *Consumer[P, R]) sparesServe(st *claimState, k int) bool {
+func (c *engine) sparesServe(st *claimState, k int) bool {
 	return st.backlog && st.spares.Serves(k, time.Now(), c.cfg.ClaimSpareFor)
 }
 
 // takeSlots takes up to k free slots and returns how many it took.
-func (c *Consumer[P, R]) takeSlots(k int) int {
+func (c *engine) takeSlots(k int) int {
 	n := 0
 	for n < k && c.slots.TryAcquire(1) {
 		n++
@@ -284,7 +284,7 @@ func (c *Consumer[P, R]) takeSlots(k int) int {
 }
 
 // releaseSlots gives n slots back.
-func (c *Consumer[P, R]) releaseSlots(n int) {
+func (c *engine) releaseSlots(n int) {
 	c.held.Add(-int64(n))
 	c.slots.Release(int64(n))
 }
@@ -298,7 +298,7 @@ func (c *Consumer[P, R]) releaseSlots(n int) {
 // does. Claims that split the slots in two cohorts, each claimed as the
 // other runs, would cost twice the commands for good. A consumer the limit
 // holds back does not gather: its pass counts what it leaves unclaimed.
-func (c *Consumer[P, R]) gathering(st *claimState, now time.Time) bool {
+func (c *engine) gathering(st *claimState, now time.Time) bool {
 	ending := c.ending.Load() // before held: a run lowers held first
 	room := c.allowedMore()
 	fill := min(c.cfg.ClaimBatchMax, c.cfg.Capacity, c.limiter.Limit())
@@ -327,7 +327,7 @@ const minGatherCapacity = 8
 // answers slowly, or is busy with the other workers' commands, a claim of
 // a few costs what one of many does, and waiting a round trip for more
 // slots costs less than a claim.
-func (c *Consumer[P, R]) gatherWindow() time.Duration {
+func (c *engine) gatherWindow() time.Duration {
 	return min(max(c.cfg.ClaimBatchWindow, c.limiter.Latency()), maxGatherWindow)
 }
 
@@ -339,7 +339,7 @@ const maxGatherWindow = time.Second
 // batch whatever k: its candidates tell the worker timeouts of the tasks,
 // which a findAndModify's next_expiry would have to guess (see
 // leaseHint), and with nothing to claim it costs one command.
-func (c *Consumer[P, R]) claimSlots(ctx context.Context, st *claimState, k int) (won []claimed, done bool, err error) {
+func (c *engine) claimSlots(ctx context.Context, st *claimState, k int) (won []claimed, done bool, err error) {
 	if k > 1 || c.cfg.TargetedClaims || c.sparesServe(st, k) || !st.leases.seenAny() {
 		return c.claimBatch(ctx, st, k)
 	}
@@ -353,8 +353,8 @@ func (c *Consumer[P, R]) claimSlots(ctx context.Context, st *claimState, k int) 
 // admit starts a claimed run, unless the task cannot run as stored (it is
 // set invalid instead) or its plan gives the slot back. It reports whether
 // the run started.
-func (c *Consumer[P, R]) admit(raw bson.Raw, runID string, st *claimState) bool {
-	doc, task, prob := decodeClaimed[P](raw, c.cfg.WorkerID)
+func (c *engine) admit(raw bson.Raw, runID string, st *claimState) bool {
+	doc, run, call, prob := c.decodeClaimed(raw)
 	if prob != nil {
 		c.quarantineClaimed(raw, runID, prob)
 		return false
@@ -364,14 +364,14 @@ func (c *Consumer[P, R]) admit(raw bson.Raw, runID string, st *claimState) bool 
 	if !c.planGate(doc) {
 		return false
 	}
-	task.RunAt, task.Run.PlannedAt = doc.RunAt, ptrTime(doc.Planned()) // the plan gate may have moved them
-	c.startRun(doc, task, st.claimLatency)
+	run.PlannedAt = ptrTime(doc.Planned()) // the plan gate may have moved it
+	c.startRun(doc, &job{key: doc.Key, headers: doc.Headers, run: run, call: call}, st.claimLatency)
 	return true
 }
 
 // quarantineClaimed sets a claimed task that cannot run as stored to
 // StatusInvalid, ending this worker's claim in the same write.
-func (c *Consumer[P, R]) quarantineClaimed(raw bson.Raw, runID string, prob *problem) {
+func (c *engine) quarantineClaimed(raw bson.Raw, runID string, prob *problem) {
 	ctx, cancel := c.writeCtx()
 	defer cancel()
 	q := upkeep.NewQuarantine(raw, prob, taskstate.FoundAtClaim).Ending(c.cfg.WorkerID, runID, nil, time.Time{})
@@ -385,7 +385,7 @@ func (c *Consumer[P, R]) quarantineClaimed(raw bson.Raw, runID string, prob *pro
 // claimOne claims one slot of the best claimable task with one
 // findOneAndUpdate, returning the task as claimed and the run's id, or nil
 // if there is none.
-func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (bson.Raw, string, error) {
+func (c *engine) claimOne(ctx context.Context, st *claimState) (bson.Raw, string, error) {
 	now := c.clock.Now()
 	filter := c.claimant(st, now).Due(now)
 	runID := newRunID()
@@ -426,7 +426,7 @@ func (c *Consumer[P, R]) claimOne(ctx context.Context, st *claimState) (bson.Raw
 // refused task up again with the claim's own filter named the wrong one
 // when the task at fault had left the claimable ones meanwhile (another
 // worker set it invalid), and a sound task was set invalid for it.
-func (c *Consumer[P, R]) claimPastRefusal(ctx context.Context, st *claimState) (bson.Raw, string, error) {
+func (c *engine) claimPastRefusal(ctx context.Context, st *claimState) (bson.Raw, string, error) {
 	now := c.clock.Now()
 	cands, err := c.candidates(ctx, c.claimant(st, now).Due(now), refusalCandidates)
 	if err != nil {
@@ -453,7 +453,7 @@ const maxUnconfirmed = 4 * ClaimBatchMaxDefault
 
 // findClaim looks for the task a claim with runID was applied to. Only
 // running tasks can hold it, which the claim index serves.
-func (c *Consumer[P, R]) findClaim(ctx context.Context, runID string) (bson.Raw, error) {
+func (c *engine) findClaim(ctx context.Context, runID string) (bson.Raw, error) {
 	raw, err := c.coll.FindOne(ctx, bson.D{{Key: fStatus, Value: StatusRunning}, {Key: holderPath(c.cfg.WorkerID, hRun), Value: runID}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
@@ -464,7 +464,7 @@ func (c *Consumer[P, R]) findClaim(ctx context.Context, runID string) (bson.Raw,
 // confirmLostClaims looks again, in one query, for claims whose reply was
 // lost and whose first look failed too. One found is released (not run:
 // its lease may be short of lapsing), so that it counts as no failure.
-func (c *Consumer[P, R]) confirmLostClaims(ctx context.Context, st *claimState) {
+func (c *engine) confirmLostClaims(ctx context.Context, st *claimState) {
 	if len(st.unconfirmed) == 0 {
 		return
 	}
@@ -480,8 +480,8 @@ func (c *Consumer[P, R]) confirmLostClaims(ctx context.Context, st *claimState) 
 	}
 }
 
-func (c *Consumer[P, R]) releaseLostClaim(raw bson.Raw, runID string) {
-	doc, _, prob := decodeClaimed[P](raw, c.cfg.WorkerID)
+func (c *engine) releaseLostClaim(raw bson.Raw, runID string) {
+	doc, _, _, prob := c.decodeClaimed(raw)
 	if prob != nil {
 		c.quarantineClaimed(raw, runID, prob)
 		return
@@ -496,28 +496,29 @@ func (c *Consumer[P, R]) releaseLostClaim(raw bson.Raw, runID string) {
 	c.writeEnd(r, end)
 }
 
-// decodeClaimed reads a claimed task as the handler will see it. A task
-// that cannot run as stored (a field of the wrong type, a missing one,
-// params that do not decode into P, a broken plan) returns the problem,
+// decodeClaimed reads a claimed task, and prepares its handler's call. A
+// task that cannot run as stored (a field of the wrong type, a missing
+// one, params the handler cannot take, a broken plan) returns the problem,
 // naming the field.
-func decodeClaimed[P any](raw bson.Raw, workerID string) (*taskDoc, *Task[P], *problem) {
+func (c *engine) decodeClaimed(raw bson.Raw) (*taskDoc, *Run, callFunc, *problem) {
+	workerID := c.cfg.WorkerID
 	doc, p := inspectTask(raw)
 	if p != nil {
-		return nil, nil, p
+		return nil, nil, nil, p
 	}
 	h, ok := doc.Holders[workerID]
 	if !ok {
-		return nil, nil, &problem{Field: holderPath(workerID), Reason: "is missing right after the claim"}
+		return nil, nil, nil, &problem{Field: holderPath(workerID), Reason: "is missing right after the claim"}
 	}
-	task, err := decodeTask[P](doc)
-	if err != nil {
-		return nil, nil, &problem{Field: fParams, Reason: err.Error()}
-	}
-	task.Run = &Run{
+	run := &Run{
 		ID: h.Run, WorkerID: workerID, StartedAt: h.Started, PlannedAt: ptrTime(doc.Planned()),
 		Status: doc.Status, Succeeded: doc.Succeeded, FailedRuns: doc.FailedRuns,
 	}
-	return doc, task, nil
+	call, err := c.prepareCall(doc, run)
+	if err != nil {
+		return nil, nil, nil, &problem{Field: fParams, Reason: err.Error()}
+	}
+	return doc, run, call, nil
 }
 
 // isServerRefusal reports an error where the server refused the command on
@@ -532,7 +533,7 @@ func isServerRefusal(err error) bool {
 // set to StatusInvalid with the reason, so that every worker skips it from
 // then on. If even that write is refused, this worker skips the task for
 // a while.
-func (c *Consumer[P, R]) refused(ctx context.Context, st *claimState, filter bson.D, cause error) {
+func (c *engine) refused(ctx context.Context, st *claimState, filter bson.D, cause error) {
 	st.spares.Drop() // they may hold the task, to be set invalid or skipped
 	raw, err := c.coll.FindOne(ctx, filter, options.FindOne().SetSort(claimSort)).Raw()
 	switch {
@@ -558,7 +559,7 @@ func (c *Consumer[P, R]) refused(ctx context.Context, st *claimState, filter bso
 
 // scheduleNextDue remembers when the earliest not-yet-due eligible task
 // becomes claimable, so the loop wakes then without polling.
-func (c *Consumer[P, R]) scheduleNextDue(ctx context.Context, st *claimState) {
+func (c *engine) scheduleNextDue(ctx context.Context, st *claimState) {
 	now := c.clock.Now()
 	opts := options.FindOne().SetSort(bson.D{{Key: fRunAt, Value: 1}}).SetProjection(bson.D{{Key: fRunAt, Value: 1}})
 	raw, err := c.coll.FindOne(ctx, c.claimant(st, now).Future(now), opts).Raw()
@@ -574,13 +575,13 @@ func (c *Consumer[P, R]) scheduleNextDue(ctx context.Context, st *claimState) {
 }
 
 // claimant is this consumer as a claim's filters name it at now.
-func (c *Consumer[P, R]) claimant(st *claimState, now time.Time) taskstate.Claimant {
+func (c *engine) claimant(st *claimState, now time.Time) taskstate.Claimant {
 	return taskstate.Claimant{WorkerID: c.cfg.WorkerID, Groups: c.cfg.Groups, Skipped: st.skipped.keys(now)}
 }
 
 // loopError reports a failed background operation. A stop in progress is
 // not an error.
-func (c *Consumer[P, R]) loopError(ctx context.Context, err error) {
+func (c *engine) loopError(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return
 	}

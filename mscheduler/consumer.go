@@ -429,12 +429,24 @@ func (c *ConsumerConfig) validate() error {
 
 // Consumer claims and executes tasks with parameters P, recording results
 // R. Start it once; Stop it once it is no longer needed.
+//
+// It is the typed layer of the consumer's engine, which claims, leases and
+// ends runs of task documents whatever their params: the layer decodes
+// each claimed task's params into P for the handler and encodes its R. The
+// HTTP gateway is the engine's other front end (worker/gateway).
 type Consumer[P, R any] struct {
-	coll    *mongo.Collection
-	handler Handler[P, R]
-	cfg     *ConsumerConfig
-	clock   *serverClock
-	log     *slog.Logger
+	*engine
+}
+
+// engine claims, leases and executes runs, and writes their ends: the
+// Consumer, with params and results as BSON. Its prepare, set by the typed
+// layer, turns a claimed task into the call of its handler.
+type engine struct {
+	coll        *mongo.Collection
+	prepareCall prepareFunc
+	cfg         *ConsumerConfig
+	clock       *serverClock
+	log         *slog.Logger
 
 	slots *semaphore.Weighted // one unit per run, from its claim until its end is written
 	// held counts the slots taken: raised by the claim loop, lowered by
@@ -506,28 +518,38 @@ type Consumer[P, R any] struct {
 
 // NewConsumer returns a consumer of coll that runs handler. It does no I/O.
 func NewConsumer[P, R any](coll *mongo.Collection, handler Handler[P, R], cfg *ConsumerConfig) (*Consumer[P, R], error) {
-	if coll == nil {
-		return nil, invalid("coll", "must not be nil")
-	}
 	if handler == nil {
 		return nil, invalid("handler", "must not be nil")
+	}
+	e, err := newEngine(coll, typedPrepare(handler), cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer[P, R]{engine: e}, nil
+}
+
+// newEngine returns the engine of a consumer of coll, whose claimed tasks
+// prepare turns into handler calls. It does no I/O.
+func newEngine(coll *mongo.Collection, prepare prepareFunc, cfg *ConsumerConfig) (*engine, error) {
+	if coll == nil {
+		return nil, invalid("coll", "must not be nil")
 	}
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	con := &Consumer[P, R]{
+	con := &engine{
 		// Claims, run ends and pings read what they just wrote: only the
 		// primary has it for sure.
-		coll:       coll.Clone(options.Collection().SetWriteConcern(c.WriteConcern).SetReadPreference(readpref.Primary())),
-		handler:    handler,
-		cfg:        c,
-		clock:      newServerClock(c.Clock, c.Monotonic, c.ClockSyncInterval),
-		log:        c.Logger.With("worker_id", c.WorkerID, "collection", coll.Name()),
-		slots:      semaphore.NewWeighted(int64(c.Capacity)),
-		wakeCh:     make(chan struct{}, 1),
-		slotFreed:  make(chan struct{}, 1),
-		reannounce: make(chan struct{}, 1),
+		coll:        coll.Clone(options.Collection().SetWriteConcern(c.WriteConcern).SetReadPreference(readpref.Primary())),
+		prepareCall: prepare,
+		cfg:         c,
+		clock:       newServerClock(c.Clock, c.Monotonic, c.ClockSyncInterval),
+		log:         c.Logger.With("worker_id", c.WorkerID, "collection", coll.Name()),
+		slots:       semaphore.NewWeighted(int64(c.Capacity)),
+		wakeCh:      make(chan struct{}, 1),
+		slotFreed:   make(chan struct{}, 1),
+		reannounce:  make(chan struct{}, 1),
 	}
 	mono := monotonicNow(c.Monotonic)
 	con.limiter = pressure.New(c.Capacity, mono, con.pressureChanged)
@@ -575,21 +597,21 @@ func NewConsumer[P, R any](coll *mongo.Collection, handler Handler[P, R], cfg *C
 
 // busy says runs are going, or the last claim left work waiting: either
 // way a batch of run ends is on its way.
-func (c *Consumer[P, R]) busy() bool { return c.Running() > 0 || c.backlog.Load() }
+func (c *engine) busy() bool { return c.Running() > 0 || c.backlog.Load() }
 
 // WorkerID is the id this consumer claims runs under.
-func (c *Consumer[P, R]) WorkerID() string { return c.cfg.WorkerID }
+func (c *engine) WorkerID() string { return c.cfg.WorkerID }
 
 // ClockOffset is the last measured offset of the server's clock from the
 // local one.
-func (c *Consumer[P, R]) ClockOffset() time.Duration { return c.clock.Offset() }
+func (c *engine) ClockOffset() time.Duration { return c.clock.Offset() }
 
 // Start checks the collection's schema version (see [EnsureIndexes]: a
 // newer one is refused, an older one migrated), measures the server clock,
 // opens the change stream if the server
 // has one, and starts claiming in the background. ctx bounds only this
 // start-up; the consumer runs until Stop.
-func (c *Consumer[P, R]) Start(ctx context.Context) error {
+func (c *engine) Start(ctx context.Context) error {
 	c.lifeMu.Lock()
 	defer c.lifeMu.Unlock()
 	switch {
@@ -636,7 +658,7 @@ func (c *Consumer[P, R]) Start(ctx context.Context) error {
 // measures the server clock, then announces the consumer (with the
 // server's time); it checks the schema; it opens the change stream. The
 // first announce failing is no error: the upkeep loop tries again.
-func (c *Consumer[P, R]) prepare(ctx context.Context, up *upkeepState) (*mongo.ChangeStream, error) {
+func (c *engine) prepare(ctx context.Context, up *upkeepState) (*mongo.ChangeStream, error) {
 	var g errgroup.Group
 	g.Go(func() error {
 		if err := c.clock.Ensure(ctx, c.coll.Database()); err != nil {
@@ -678,12 +700,12 @@ func (c *Consumer[P, R]) prepare(ctx context.Context, up *upkeepState) (*mongo.C
 // Leases are kept all along: the pinger stops last, once every run's end is
 // written, Stop waiting at most WriteTimeout for end writes still going.
 // Stop is idempotent and safe to call before Start.
-func (c *Consumer[P, R]) Stop(ctx context.Context) error {
+func (c *engine) Stop(ctx context.Context) error {
 	c.stopOnce.Do(func() { c.stopErr = c.stop(ctx) })
 	return c.stopErr
 }
 
-func (c *Consumer[P, R]) stop(ctx context.Context) error {
+func (c *engine) stop(ctx context.Context) error {
 	c.lifeMu.Lock()
 	c.stopped = true
 	started := c.started
@@ -714,7 +736,7 @@ func (c *Consumer[P, R]) stop(ctx context.Context) error {
 
 // leave removes this consumer from the consumers alive, so that the
 // others poll at their share again at once, not after it lapses.
-func (c *Consumer[P, R]) leave() {
+func (c *engine) leave() {
 	ctx, cancel := retry.Bounded(context.Background(), min(c.cfg.WriteTimeout, time.Second), errWriteTimeout)
 	defer cancel()
 	if err := c.peers.Forget(ctx, []string{c.cfg.WorkerID}, nil); err != nil {
@@ -725,7 +747,7 @@ func (c *Consumer[P, R]) leave() {
 // awaitRuns waits up to limit for the run goroutines still going: ones
 // whose end is being written, or whose handler was abandoned (they write
 // nothing once Stop released their run).
-func (c *Consumer[P, R]) awaitRuns(limit time.Duration) {
+func (c *engine) awaitRuns(limit time.Duration) {
 	done := make(chan struct{})
 	go func() { c.running.Wait(); close(done) }()
 	select {
@@ -736,16 +758,16 @@ func (c *Consumer[P, R]) awaitRuns(limit time.Duration) {
 }
 
 // Running is the number of runs this consumer holds now.
-func (c *Consumer[P, R]) Running() int {
+func (c *engine) Running() int {
 	return c.pinger.Len()
 }
 
 // Capacity is the most runs this consumer holds at once.
-func (c *Consumer[P, R]) Capacity() int { return c.cfg.Capacity }
+func (c *engine) Capacity() int { return c.cfg.Capacity }
 
 // cancelRuns cancels this consumer's runs of the task key (it was
 // cancelled); their ends are recorded as cancelled.
-func (c *Consumer[P, R]) cancelRuns(key string) {
+func (c *engine) cancelRuns(key string) {
 	for _, r := range c.pinger.Snapshot() {
 		if r.Key == key {
 			lease.CancelRun(r, ErrCancelled)
@@ -757,16 +779,16 @@ func (c *Consumer[P, R]) cancelRuns(key string) {
 // Wake makes the consumer look for claimable tasks now, as a change
 // stream event or its own run ends do; with ClaimDemand, call it when the
 // demand rises.
-func (c *Consumer[P, R]) Wake() { c.wake() }
+func (c *engine) Wake() { c.wake() }
 
-func (c *Consumer[P, R]) wake() {
+func (c *engine) wake() {
 	select {
 	case c.wakeCh <- struct{}{}:
 	default:
 	}
 }
 
-func (c *Consumer[P, R]) emit(e Event) {
+func (c *engine) emit(e Event) {
 	if e.WorkerID == "" {
 		e.WorkerID = c.cfg.WorkerID
 	}
@@ -779,6 +801,6 @@ func (c *Consumer[P, R]) emit(e Event) {
 }
 
 // writeCtx bounds a write that must happen even while the consumer stops.
-func (c *Consumer[P, R]) writeCtx() (context.Context, context.CancelFunc) {
+func (c *engine) writeCtx() (context.Context, context.CancelFunc) {
 	return retry.Bounded(context.Background(), c.cfg.WriteTimeout, errWriteTimeout)
 }

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
 )
 
@@ -30,17 +32,17 @@ const (
 // context by TimeoutGrace is abandoned: its goroutine is left behind,
 // counted by [Consumer.Abandoned] until it returns, and what it returns is
 // dropped; the attempt then fails for good (no retry).
-func (c *Consumer[P, R]) attempt(ctx context.Context, r *lease.Run, task *Task[P], timeout time.Duration) (R, error) {
+func (c *engine) attempt(ctx context.Context, r *lease.Run, j *job, timeout time.Duration) (bson.RawValue, error) {
 	actx, cancel := context.WithTimeoutCause(ctx, timeout, &timeoutError{after: timeout})
 	defer cancel()
 	type outcome struct {
-		result R
+		result bson.RawValue
 		err    error
 	}
 	done := make(chan outcome, 1)
 	var state atomic.Int32
 	go func() {
-		result, err := c.call(actx, task)
+		result, err := c.call(actx, j)
 		done <- outcome{result, err}
 		if !state.CompareAndSwap(attemptRunning, attemptReturned) {
 			c.abandoned.Add(-1)
@@ -61,15 +63,13 @@ func (c *Consumer[P, R]) attempt(ctx context.Context, r *lease.Run, task *Task[P
 				err := fmt.Errorf("%w; it ignored its context for %s and was abandoned", context.Cause(actx), c.cfg.TimeoutGrace)
 				c.log.Error("handler ignores its context; abandoned, its goroutine is left running", "key", r.Key, "run_id", r.RunID, "error", err)
 				c.emit(Event{Kind: EventAbandoned, Key: r.Key, RunID: r.RunID, Err: err})
-				var zero R
-				return zero, SkipRetry(err)
+				return bson.RawValue{}, SkipRetry(err)
 			}
 			o = <-done // it returned just now
 		}
 	}
 	if ctx.Err() == nil && actx.Err() != nil { // the deadline passed, not the run's cancellation
-		var zero R
-		return zero, context.Cause(actx)
+		return bson.RawValue{}, context.Cause(actx)
 	}
 	return o.result, o.err
 }
@@ -77,4 +77,4 @@ func (c *Consumer[P, R]) attempt(ctx context.Context, r *lease.Run, task *Task[P
 // Abandoned is the number of handler goroutines this consumer gave up on
 // (they ignored their cancelled context) that have not returned yet: a
 // count above zero is a leak to look into.
-func (c *Consumer[P, R]) Abandoned() int { return int(c.abandoned.Load()) }
+func (c *engine) Abandoned() int { return int(c.abandoned.Load()) }

@@ -21,7 +21,7 @@ import (
 // startRun starts the goroutine that executes a claimed run. The claim loop
 // has already taken the run's slot; the goroutine gives it back once the
 // run's end is written.
-func (c *Consumer[P, R]) startRun(doc *taskDoc, task *Task[P], claimLatency time.Duration) {
+func (c *engine) startRun(doc *taskDoc, j *job, claimLatency time.Duration) {
 	h := doc.Holders[c.cfg.WorkerID]
 	ctx, cancel := context.WithCancelCause(c.workCtx)
 	r := &lease.Run{
@@ -47,15 +47,24 @@ func (c *Consumer[P, R]) startRun(doc *taskDoc, task *Task[P], claimLatency time
 		defer c.slotFreedWake()
 		defer c.releaseRunSlot(r)
 		defer cancel(nil)
-		c.execute(ctx, r, task)
+		c.execute(ctx, r, j)
 	}()
+}
+
+// job is a claimed run as its goroutine executes it: the handler's call,
+// and what the middleware sees of it.
+type job struct {
+	key     string
+	headers map[string]string
+	run     *Run // its Attempt moves with each attempt
+	call    callFunc
 }
 
 // execute runs the handler with local retries and writes the run's end.
 // The pinger keeps the run's lease until the end is written.
-func (c *Consumer[P, R]) execute(ctx context.Context, r *lease.Run, task *Task[P]) {
+func (c *engine) execute(ctx context.Context, r *lease.Run, j *job) {
 	defer c.pinger.Remove(r)
-	result, err, attempts := c.callWithRetries(ctx, r, task, r.Doc)
+	result, err, attempts := c.callWithRetries(ctx, r, j, r.Doc)
 	if r.Lost.Load() {
 		c.emit(Event{Kind: EventLeaseLost, Key: r.Key, RunID: r.RunID, Attempt: attempts, Err: context.Cause(ctx)})
 		return
@@ -93,7 +102,7 @@ func (c *Consumer[P, R]) execute(ctx context.Context, r *lease.Run, task *Task[P
 // slotFreedWake tells the claim loop that a run is over and its slot free:
 // it claims, unless it leaves tasks of other shares for a moment (see
 // passOver), when its next look is due anyway.
-func (c *Consumer[P, R]) slotFreedWake() {
+func (c *engine) slotFreedWake() {
 	select {
 	case c.slotFreed <- struct{}{}:
 	default:
@@ -103,20 +112,16 @@ func (c *Consumer[P, R]) slotFreedWake() {
 // releaseRunSlot frees the slot of a run that is over. A run that was
 // ending stops counting as such only once its slot is free, so that a
 // claim held back for ending runs finds their slots when none are left.
-func (c *Consumer[P, R]) releaseRunSlot(r *lease.Run) {
+func (c *engine) releaseRunSlot(r *lease.Run) {
 	c.releaseSlots(1)
 	if r.Ending {
 		c.ending.Add(-1)
 	}
 }
 
-// encodeResult encodes a handler's result for its run record, within
+// encodeResult checks a handler's result for its run record: within
 // MaxResultBytes.
-func (c *Consumer[P, R]) encodeResult(result R) (bson.RawValue, error) {
-	v, err := encodeValue(result)
-	if err != nil {
-		return bson.RawValue{}, fmt.Errorf("result cannot be encoded as BSON: %v", err)
-	}
+func (c *engine) encodeResult(v bson.RawValue) (bson.RawValue, error) {
 	if len(v.Value) > c.cfg.MaxResultBytes {
 		return bson.RawValue{}, fmt.Errorf("result is %d bytes, over MaxResultBytes (%d): not stored, run failed", len(v.Value), c.cfg.MaxResultBytes)
 	}
@@ -124,7 +129,7 @@ func (c *Consumer[P, R]) encodeResult(result R) (bson.RawValue, error) {
 }
 
 // capError cuts an error text to MaxErrorBytes.
-func (c *Consumer[P, R]) capError(text string) string { return cutText(text, c.cfg.MaxErrorBytes) }
+func (c *engine) capError(text string) string { return cutText(text, c.cfg.MaxErrorBytes) }
 
 // cutText cuts text to at most limit bytes, on a rune boundary, saying so.
 func cutText(text string, limit int) string {
@@ -139,7 +144,7 @@ func cutText(text string, limit int) string {
 	return text[:cut] + note
 }
 
-func (c *Consumer[P, R]) newRunEnd(r *lease.Run, attempts int) *runend.End {
+func (c *engine) newRunEnd(r *lease.Run, attempts int) *runend.End {
 	now, doc := c.clock.Now(), r.Doc
 	return &runend.End{Key: r.Key, End: taskstate.End{
 		ID:       r.ID,
@@ -169,7 +174,7 @@ func (c *Consumer[P, R]) newRunEnd(r *lease.Run, attempts int) *runend.End {
 // by a fixed timeout that a slow server's round trip could exceed. Once
 // the lease is gone, the run is left to lapse, and another worker records
 // it as expired (at least once, never lost).
-func (c *Consumer[P, R]) writeEnd(r *lease.Run, end *runend.End) {
+func (c *engine) writeEnd(r *lease.Run, end *runend.End) {
 	ctx, cancel := context.WithCancelCause(c.endCtx)
 	defer cancel(nil)
 	defer context.AfterFunc(r.Held(), func() { cancel(context.Cause(r.Held())) })()
@@ -226,7 +231,7 @@ const (
 	endRetryDelayMax = 5 * time.Second
 )
 
-func (c *Consumer[P, R]) reportEnd(r *lease.Run, end *runend.End, ev Event) {
+func (c *engine) reportEnd(r *lease.Run, end *runend.End, ev Event) {
 	ev.Kind = map[Outcome]EventKind{
 		OutcomeSucceeded: EventSucceeded, OutcomeFailed: EventFailed, OutcomeReleased: EventReleased, OutcomeRevoked: EventRevoked,
 		OutcomeCancelled: EventCancelled,
@@ -250,7 +255,7 @@ func (c *Consumer[P, R]) reportEnd(r *lease.Run, end *runend.End, ev Event) {
 // endUnwritable ends a run whose end the server refused because of the
 // stored document: the minimal fenced write removes the run's holder entry
 // and sets the task invalid, keeping the run's record in the reason.
-func (c *Consumer[P, R]) endUnwritable(r *lease.Run, end *runend.End, cause error) {
+func (c *engine) endUnwritable(r *lease.Run, end *runend.End, cause error) {
 	ctx, cancel := retry.Bounded(c.endCtx, c.cfg.WriteTimeout, errWriteTimeout)
 	defer cancel()
 	raw, prob := c.upkeep.ProblemOf(ctx, end.Fence, cause)
@@ -278,12 +283,12 @@ func (c *Consumer[P, R]) endUnwritable(r *lease.Run, end *runend.End, cause erro
 
 // callWithRetries calls the handler until it succeeds, its error is final,
 // its local retries are spent, or its context ends.
-func (c *Consumer[P, R]) callWithRetries(ctx context.Context, r *lease.Run, task *Task[P], doc *taskDoc) (R, error, int) {
+func (c *engine) callWithRetries(ctx context.Context, r *lease.Run, j *job, doc *taskDoc) (bson.RawValue, error, int) {
 	retries := max(doc.MaxRetries, 0)
 	for attempt := 1; ; attempt++ {
-		task.Run.Attempt = attempt
+		j.run.Attempt = attempt
 		r.Attempt.Store(int32(attempt))
-		result, err := c.attempt(ctx, r, task, c.timeout(doc))
+		result, err := c.attempt(ctx, r, j, c.timeout(doc))
 		if err == nil || ctx.Err() != nil || isSkipRetry(err) || attempt > retries {
 			return result, err, attempt
 		}
@@ -299,7 +304,7 @@ func (c *Consumer[P, R]) callWithRetries(ctx context.Context, r *lease.Run, task
 
 // call runs the handler once, through the middleware, turning a panic into
 // a *PanicError.
-func (c *Consumer[P, R]) call(ctx context.Context, task *Task[P]) (result R, err error) {
+func (c *engine) call(ctx context.Context, j *job) (result bson.RawValue, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &PanicError{Value: v, Stack: string(debug.Stack())}
@@ -307,13 +312,13 @@ func (c *Consumer[P, R]) call(ctx context.Context, task *Task[P]) (result R, err
 	}()
 	run := RunFunc(func(ctx context.Context, _ *Attempt) error {
 		var herr error
-		result, herr = c.handler(ctx, task)
+		result, herr = j.call(ctx)
 		return herr
 	})
 	for i := len(c.cfg.Middleware) - 1; i >= 0; i-- {
 		run = c.cfg.Middleware[i](run)
 	}
-	err = run(ctx, &Attempt{Key: task.Key, Run: task.Run, Headers: task.Headers})
+	err = run(ctx, &Attempt{Key: j.key, Run: j.run, Headers: j.headers})
 	return result, err
 }
 
@@ -369,7 +374,7 @@ func decodeTask[P any](doc *taskDoc) (*Task[P], error) {
 // releaseAbandoned releases the runs whose handlers ignored their cancelled
 // context past ReleaseTimeout. Their goroutines are left behind; whatever
 // they return later is not written.
-func (c *Consumer[P, R]) releaseAbandoned() {
+func (c *engine) releaseAbandoned() {
 	for _, r := range c.pinger.Snapshot() {
 		if !r.Finished.CompareAndSwap(false, true) {
 			continue
@@ -391,7 +396,7 @@ func ptrTime(t *time.Time) time.Time {
 }
 
 // timeout is the deadline of each handler attempt of the task.
-func (c *Consumer[P, R]) timeout(doc *taskDoc) time.Duration {
+func (c *engine) timeout(doc *taskDoc) time.Duration {
 	if doc.TimeoutMS > 0 {
 		return fromMS(doc.TimeoutMS)
 	}

@@ -121,7 +121,7 @@ func (w *Worker) ClaimBatch(ctx context.Context, k int) ([]WorkerRun, error) {
 }
 
 func (w *Worker) admit(raw bson.Raw, runID string) *WorkerRun {
-	doc, _, prob := decodeClaimed[map[string]any](raw, w.c.cfg.WorkerID)
+	doc, _, _, prob := w.c.decodeClaimed(raw)
 	if prob != nil {
 		w.c.quarantineClaimed(raw, runID, prob)
 		return nil
@@ -207,17 +207,17 @@ func (w *Worker) Execute(ctx context.Context, runID, behaviour string) error {
 		return fmt.Errorf("no run %s", runID)
 	}
 	delete(w.runs, runID)
-	task, err := decodeTask[map[string]any](r.Doc)
+	h := r.Doc.Holders[w.c.cfg.WorkerID]
+	run := &Run{ID: r.RunID, WorkerID: w.c.cfg.WorkerID, StartedAt: h.Started}
+	call, err := w.c.prepareCall(r.Doc, run)
 	if err != nil {
 		return err
 	}
-	h := r.Doc.Holders[w.c.cfg.WorkerID]
-	task.Run = &Run{ID: r.RunID, WorkerID: w.c.cfg.WorkerID, StartedAt: h.Started}
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	r.Cancel = cancel
 	w.behaviour = behaviour
-	w.c.execute(rctx, r, task)
+	w.c.execute(rctx, r, &job{key: r.Key, headers: r.Doc.Headers, run: run, call: call})
 	if w.lost[runID] {
 		return ErrLeaseLost
 	}

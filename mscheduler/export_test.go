@@ -84,7 +84,7 @@ func BuildTaskDoc[P any](t Task[P], now time.Time) error {
 	if err != nil {
 		return err
 	}
-	back, _, prob := decodeClaimed[P](claimed, "w")
+	back, _, prob := decodeClaimedAs[P](claimed, "w")
 	if prob != nil {
 		return fmt.Errorf("a published document fails inspection: %w", prob)
 	}
@@ -118,7 +118,7 @@ func claimedForm(raw bson.Raw) (bson.Raw, error) {
 // handler's task from it; it reports whether the run could go ahead, and
 // fails (it does not panic) on any document. A refusal names a field.
 func DecodeForRun(raw []byte) (ok bool, field string, err error) {
-	doc, _, prob := decodeClaimed[map[string]any](bson.Raw(raw), "w")
+	doc, _, prob := decodeClaimedAs[map[string]any](bson.Raw(raw), "w")
 	if prob != nil {
 		return false, prob.Field, prob
 	}
@@ -147,7 +147,7 @@ func ClaimBothWays(ctx context.Context, coll *mongo.Collection, key string) (ser
 	if err != nil || !taskstate.ExactCandidate(before) {
 		return nil, nil, false, err
 	}
-	c := &Consumer[any, any]{cfg: &ConsumerConfig{WorkerID: "w"}}
+	c := &engine{cfg: &ConsumerConfig{WorkerID: "w"}}
 	st := &claimState{}
 	st.leases.observe(3 * time.Second)
 	now, runID := time.Now(), newRunID()
@@ -172,7 +172,7 @@ func ClaimBothWays(ctx context.Context, coll *mongo.Collection, key string) (ser
 // batch claim does after the server said matched of its statements
 // matched, and returns the keys and run ids found.
 func ReadClaims(ctx context.Context, coll *mongo.Collection, keys, runIDs []string, matched int64) (map[string]string, error) {
-	c := &Consumer[any, any]{cfg: &ConsumerConfig{WorkerID: "w"}, coll: coll}
+	c := &engine{cfg: &ConsumerConfig{WorkerID: "w"}, coll: coll}
 	chosen := make([]claimchoice.Candidate, len(keys))
 	for i, key := range keys {
 		chosen[i] = claimchoice.Candidate{Key: key, ID: taskstate.KeyID(key)}
@@ -215,3 +215,13 @@ const (
 	ReannounceGap = reannounceGap
 	AnnounceSoon  = announceSoon
 )
+
+// decodeClaimedAs reads a claimed task as a Consumer of params P of worker
+// workerID does.
+func decodeClaimedAs[P any](raw bson.Raw, workerID string) (*taskDoc, *Run, *problem) {
+	e := &engine{cfg: &ConsumerConfig{WorkerID: workerID}, prepareCall: typedPrepare(func(context.Context, *Task[P]) (struct{}, error) {
+		return struct{}{}, nil
+	})}
+	doc, run, _, prob := e.decodeClaimed(raw)
+	return doc, run, prob
+}

@@ -12,4 +12,4 @@ const MaintenanceIntervalDefault = time.Minute
 
 // MaintenanceLeader reports whether this consumer held the collection's
 // maintenance lease at its last try.
-func (c *Consumer[P, R]) MaintenanceLeader() bool { return c.leader.Load() }
+func (c *engine) MaintenanceLeader() bool { return c.leader.Load() }

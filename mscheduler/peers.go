@@ -40,7 +40,7 @@ const reannounceGap = time.Second
 // claim that lost tasks (a consumer joined since, and took tasks of the
 // share this one still thinks its own). The upkeep loop announces at most
 // once per reannounceGap for it.
-func (c *Consumer[P, R]) viewMayBeStale(st *claimState, won bool) {
+func (c *engine) viewMayBeStale(st *claimState, won bool) {
 	first := (st.backlog || won) && !st.workFound
 	st.workFound = st.workFound || st.backlog || won
 	if first || st.lostTasks {
@@ -51,7 +51,7 @@ func (c *Consumer[P, R]) viewMayBeStale(st *claimState, won bool) {
 
 // spreadOut stretches an interval d by peers/PollBudget, when more than
 // PollBudget consumers are alive.
-func (c *Consumer[P, R]) spreadOut(d time.Duration, peers int) time.Duration {
+func (c *engine) spreadOut(d time.Duration, peers int) time.Duration {
 	b := c.cfg.PollBudget
 	if b == NoPollBudget || peers <= b {
 		return d

@@ -15,7 +15,7 @@ import (
 //
 // Runs after the first (retries, other slots, a run whose worker died) are
 // not judged: an occurrence that started is completed, however late.
-func (c *Consumer[P, R]) planGate(doc *taskDoc) bool {
+func (c *engine) planGate(doc *taskDoc) bool {
 	if doc.Plan == nil {
 		return true
 	}

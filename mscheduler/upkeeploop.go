@@ -41,7 +41,7 @@ type peerView struct {
 
 // upkeepLoop runs the upkeep until ctx is done. The first announce was
 // made by Start.
-func (c *Consumer[P, R]) upkeepLoop(ctx context.Context, st *upkeepState) {
+func (c *engine) upkeepLoop(ctx context.Context, st *upkeepState) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -63,7 +63,7 @@ func (c *Consumer[P, R]) upkeepLoop(ctx context.Context, st *upkeepState) {
 
 // view is the consumers alive as the last announce saw them: this one
 // alone before the first.
-func (c *Consumer[P, R]) view() peerView {
+func (c *engine) view() peerView {
 	if v := c.peerView.Load(); v != nil {
 		return *v
 	}
@@ -72,7 +72,7 @@ func (c *Consumer[P, R]) view() peerView {
 
 // askReannounce asks the upkeep loop to announce again soon (see
 // viewMayBeStale). Called by the claim loop; never blocks.
-func (c *Consumer[P, R]) askReannounce() {
+func (c *engine) askReannounce() {
 	select {
 	case c.reannounce <- struct{}{}:
 	default:
@@ -81,7 +81,7 @@ func (c *Consumer[P, R]) askReannounce() {
 
 // announceSoon brings the next announce forward to now, or to
 // reannounceGap after the last one if that is later.
-func (c *Consumer[P, R]) announceSoon(st *upkeepState) {
+func (c *engine) announceSoon(st *upkeepState) {
 	at := maxTime(c.clock.Now(), st.announced.Add(reannounceGap))
 	if at.Before(st.announceAt) {
 		st.announceAt = at
@@ -90,7 +90,7 @@ func (c *Consumer[P, R]) announceSoon(st *upkeepState) {
 
 // announce records this consumer as alive and takes in what the reply
 // says of the others.
-func (c *Consumer[P, R]) announce(ctx context.Context, st *upkeepState) error {
+func (c *engine) announce(ctx context.Context, st *upkeepState) error {
 	now := c.clock.Now()
 	st.announced = now
 	start := time.Now()
@@ -108,7 +108,7 @@ func (c *Consumer[P, R]) announce(ctx context.Context, st *upkeepState) error {
 // then once more within announceSoon, then every MaintenanceInterval, and
 // when the claim loop brought it forward (see viewMayBeStale); after a
 // failure, within announceSoon.
-func (c *Consumer[P, R]) announceIfDue(ctx context.Context, st *upkeepState) {
+func (c *engine) announceIfDue(ctx context.Context, st *upkeepState) {
 	now := c.clock.Now()
 	if now.Before(st.announceAt) {
 		return
@@ -127,7 +127,7 @@ func (c *Consumer[P, R]) announceIfDue(ctx context.Context, st *upkeepState) {
 }
 
 // sweepIfDue runs a sweep when its time has come.
-func (c *Consumer[P, R]) sweepIfDue(ctx context.Context, st *upkeepState) {
+func (c *engine) sweepIfDue(ctx context.Context, st *upkeepState) {
 	now := c.clock.Now()
 	if now.Before(st.sweepAt) {
 		return
@@ -153,7 +153,7 @@ func (c *Consumer[P, R]) sweepIfDue(ctx context.Context, st *upkeepState) {
 
 // maintainIfDue takes or renews the maintenance lease when its time has
 // come, and does the pass if this worker holds it.
-func (c *Consumer[P, R]) maintainIfDue(ctx context.Context, st *upkeepState) {
+func (c *engine) maintainIfDue(ctx context.Context, st *upkeepState) {
 	now := c.clock.Now()
 	if now.Before(st.maintainAt) {
 		return
@@ -180,7 +180,7 @@ func (c *Consumer[P, R]) maintainIfDue(ctx context.Context, st *upkeepState) {
 
 // checkIfDue runs a check when its time has come, by the maintenance
 // lease holder alone: N workers cost the server one.
-func (c *Consumer[P, R]) checkIfDue(ctx context.Context, st *upkeepState) {
+func (c *engine) checkIfDue(ctx context.Context, st *upkeepState) {
 	now := c.clock.Now()
 	if now.Before(st.checkAt) {
 		return
@@ -204,6 +204,6 @@ func (c *Consumer[P, R]) checkIfDue(ctx context.Context, st *upkeepState) {
 // peerLapse maintenance intervals, and not later than one interval ahead
 // (consumers' clocks are the server's, give or take a round trip; a time
 // further ahead was edited by hand and would count for ever).
-func (c *Consumer[P, R]) aliveWindow(now time.Time) peers.Window {
+func (c *engine) aliveWindow(now time.Time) peers.Window {
 	return peers.Window{From: now.Add(-peerLapse * c.cfg.MaintenanceInterval), To: now.Add(c.cfg.MaintenanceInterval)}
 }

@@ -39,7 +39,7 @@ func streamPipeline() mongo.Pipeline {
 // DiscoveryAuto, a server without change streams (a standalone server, the
 // development server) means polling; with DiscoveryChangeStream it is an
 // error.
-func (c *Consumer[P, R]) openStream(ctx context.Context) (*mongo.ChangeStream, error) {
+func (c *engine) openStream(ctx context.Context) (*mongo.ChangeStream, error) {
 	if c.cfg.Discovery == DiscoveryPoll {
 		return nil, nil
 	}
@@ -59,7 +59,7 @@ func (c *Consumer[P, R]) openStream(ctx context.Context) (*mongo.ChangeStream, e
 // it resumes from the last token; if the server cannot resume (the token
 // fell out of its oplog), it opens a new stream and wakes the claim loop so
 // that the changes it missed are found by a query.
-func (c *Consumer[P, R]) watchLoop(ctx context.Context, cs *mongo.ChangeStream) {
+func (c *engine) watchLoop(ctx context.Context, cs *mongo.ChangeStream) {
 	defer func() { c.watching.open.Store(false) }()
 	for {
 		for cs.Next(ctx) {
@@ -84,7 +84,7 @@ func (c *Consumer[P, R]) watchLoop(ctx context.Context, cs *mongo.ChangeStream) 
 
 // onChange wakes the claim loop, and cancels this worker's runs of a task
 // that was cancelled.
-func (c *Consumer[P, R]) onChange(event bson.Raw) {
+func (c *engine) onChange(event bson.Raw) {
 	if status, _ := event.Lookup("updateDescription", "updatedFields", fStatus).StringValueOK(); Status(status) == StatusCancelled {
 		if key, ok := event.Lookup("documentKey", fID).StringValueOK(); ok {
 			c.cancelRuns(key)
@@ -93,7 +93,7 @@ func (c *Consumer[P, R]) onChange(event bson.Raw) {
 	c.wake()
 }
 
-func (c *Consumer[P, R]) reopenStream(ctx context.Context, token bson.Raw) *mongo.ChangeStream {
+func (c *engine) reopenStream(ctx context.Context, token bson.Raw) *mongo.ChangeStream {
 	for {
 		select {
 		case <-ctx.Done():

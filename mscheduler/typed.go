@@ -1,0 +1,44 @@
+package mscheduler
+
+import (
+	"context"
+	"fmt"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// callFunc runs a claimed task's handler once and returns its result as
+// BSON.
+type callFunc func(ctx context.Context) (bson.RawValue, error)
+
+// prepareFunc turns a claimed task into the call of its handler, or says
+// why the task's params cannot be given to it (the engine sets the task
+// invalid then, naming params). run is the engine's: it sets Attempt
+// before each call, and PlannedAt once the plan gate has passed.
+type prepareFunc func(doc *taskDoc, run *Run) (callFunc, error)
+
+// typedPrepare is the typed layer of a Consumer: it decodes a claimed
+// task's params into P, calls the handler, and encodes its R.
+func typedPrepare[P, R any](handler Handler[P, R]) prepareFunc {
+	return func(doc *taskDoc, run *Run) (callFunc, error) {
+		task, err := decodeTask[P](doc)
+		if err != nil {
+			return nil, err
+		}
+		task.Run = run
+		return func(ctx context.Context) (bson.RawValue, error) {
+			task.RunAt = doc.RunAt // the plan gate may have moved it since the claim
+			result, err := handler(ctx, task)
+			if err != nil {
+				return bson.RawValue{}, err
+			}
+			v, err := encodeValue(result)
+			if err != nil {
+				// Not the handler's failure: running it again gives the
+				// same result.
+				return bson.RawValue{}, SkipRetry(fmt.Errorf("result cannot be encoded as BSON: %v", err))
+			}
+			return v, nil
+		}, nil
+	}
+}
