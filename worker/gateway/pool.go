@@ -141,6 +141,13 @@ func (p *pool) take(ctx context.Context, ex Executor, session string, n int, wai
 				return got
 			}
 		}
+		if ctx.Err() != nil { // the taker went away as the run came: leave it for the next
+			select {
+			case p.ready <- r:
+			default: // its hold passes and it is released
+			}
+			return got
+		}
 		if r.hand(ex.ID, session) {
 			p.mu.Lock()
 			p.waiting--

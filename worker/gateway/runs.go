@@ -210,7 +210,7 @@ func (g *Gateway) endRun(w http.ResponseWriter, r *http.Request, c caller, how s
 		o.err = mscheduler.SkipRetry(o.err) // retries used up: the run fails now
 	}
 	ended := g.awaitEnd(in.RunID)
-	defer g.forgetEnd(in.RunID)
+	defer g.forgetEnd(in.RunID, ended)
 	if aerr := run.finish(o); aerr != nil {
 		return aerr
 	}
@@ -269,9 +269,13 @@ func (g *Gateway) awaitEnd(runID string) chan mscheduler.Event {
 	return ch
 }
 
-func (g *Gateway) forgetEnd(runID string) {
+// forgetEnd drops an end request's registration, unless a later attempt
+// of the same run (a local retry keeps the run id) registered since.
+func (g *Gateway) forgetEnd(runID string, ch chan mscheduler.Event) {
 	g.mu.Lock()
-	delete(g.ends, runID)
+	if g.ends[runID] == ch {
+		delete(g.ends, runID)
+	}
 	g.mu.Unlock()
 }
 
