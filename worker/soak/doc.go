@@ -1,11 +1,21 @@
 // Package soak holds crash-and-restart soak tests of mscheduler and its
-// worker runtime. It has no API; its code is its tests, TestSoak and
-// TestVandalSoak (below), and the history checker they share, package
-// histcheck:
+// worker runtime. It has no API; its code is its tests, TestSoak,
+// TestVandalSoak and TestGatewaySoak (below), and the history checker they
+// share, package histcheck:
 //
 //	go test -race ./worker/soak -run 'TestSoak$' -v           # short form: 150 tasks, 1.5-2.5 minutes
 //	go test -race ./worker/soak -run 'TestSoak$' -v -soak.long   # long form: 1,000 tasks, about 5 minutes
 //	go test -race ./worker/soak -run TestVandalSoak -v        # 102 tasks and a vandal, 1-1.5 minutes
+//	go test -race ./worker/soak -run TestGatewaySoak -v       # 120 tasks, executors over HTTP, about 40 s
+//
+// TestGatewaySoak runs the crash soak through the HTTP gateway: three
+// executor processes (the test binary run again) take runs over HTTP, renew
+// and end them, and are SIGKILLed every 2-4 s and restarted at once under
+// the same executor id with a new session, so that the runs they held come
+// back to them. It checks the same history (no overlap beyond concurrency
+// while leases are valid, nothing lost, one record per run end), that every
+// run going at a kill came back to the restarted executor, and that no
+// lease lapsed under a live one.
 //
 // The soak starts its own development server (worker/devserver) in a
 // temporary directory on a fixed free port, unless MONGODB_URI names a

@@ -303,17 +303,7 @@ func (v *verifier) checkSucceeded() {
 		if d == nil {
 			continue
 		}
-		var succeeded, failed, expired []storedRun
-		for _, r := range d.Runs {
-			switch r.Outcome {
-			case "succeeded":
-				succeeded = append(succeeded, r)
-			case "failed":
-				failed = append(failed, r)
-			case "expired":
-				expired = append(expired, r)
-			}
-		}
+		succeeded, failed, expired := byOutcome(d.Runs)
 		wantRecords, wantCounter := s.concurrency, s.concurrency
 		switch s.kind {
 		case kindFail:
@@ -575,4 +565,20 @@ func cond(ok bool, yes, no string) string {
 // task, with the last occurrence's counter at 0.
 func lastMissed(d *storedTask) bool {
 	return d.Plan != nil && d.Status == "finished" && d.Plan.Skipped > 0 && d.Succeeded == 0 && d.Running == 0
+}
+
+// byOutcome splits a task's run records into the succeeded, failed and
+// expired ones.
+func byOutcome(runs []storedRun) (succeeded, failed, expired []storedRun) {
+	for _, r := range runs {
+		switch r.Outcome {
+		case "succeeded":
+			succeeded = append(succeeded, r)
+		case "failed":
+			failed = append(failed, r)
+		case "expired":
+			expired = append(expired, r)
+		}
+	}
+	return succeeded, failed, expired
 }
