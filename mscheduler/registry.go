@@ -47,6 +47,10 @@ type WorkerInfo struct {
 	LastSeen    time.Time `bson:"last_seen"` // the server's time of the last heartbeat
 	// HeartbeatMS is the interval between its heartbeats.
 	HeartbeatMS int64 `bson:"heartbeat_ms"`
+	// RunIDs are the runs an executor holds through the HTTP gateway,
+	// whose task documents name the gateway's worker as their holder;
+	// empty for a worker process, whose runs the documents name.
+	RunIDs []string `bson:"run_ids,omitempty"`
 	// Stale says no heartbeat came for StaleAfterBeats intervals: the
 	// process is dead or cut off. Computed by ListWorkers; not stored.
 	Stale bool `bson:"-"`

@@ -431,4 +431,19 @@ func TestRunningTaskShowsItsHolder(t *testing.T) {
 	f.get(f.taskPath("slow-1")).want(t, "running task", 200, "Running now", id, h.RunID, lease, `value="cancel"`, "every slot is running")
 	f.get("workers").want(t, "workers", 200, id, "1 of 1", "/slow-1</a>", h.RunID)
 	f.get("tasks?c="+f.coll.Name()+"&worker="+id).want(t, "tasks held by the worker", 200, "slow-1")
+
+	// A gateway executor holding that run through the gateway (whose
+	// worker the document names) lists it too, by its run id.
+	executor := mscheduler.WorkerInfo{ID: id + "-exec", Host: "10.0.0.9", Version: "gateway executor via " + id,
+		Collections: []string{f.coll.Name()}, Running: 1, RunIDs: []string{h.RunID}, HeartbeatMS: 60_000}
+	if err := mscheduler.Heartbeat(t.Context(), f.coll.Database(), executor); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mscheduler.Deregister(context.Background(), f.coll.Database(), executor.ID) })
+	pg := f.get("workers")
+	_, section, _ := strings.Cut(pg.body, `<section id="`+executor.ID+`">`)
+	section, _, _ = strings.Cut(section, "</section>")
+	if !strings.Contains(section, "/slow-1</a>") {
+		t.Fatalf("the executor's entry does not list the run it holds through the gateway:\n%s", pg.body)
+	}
 }

@@ -211,9 +211,13 @@ func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request) {
 	}
 	views := make([]workerView, len(infos))
 	index := map[string]*workerView{}
+	byRun := map[string]*workerView{} // a gateway executor's runs, which the documents credit to the gateway
 	for i := range infos {
 		views[i].WorkerInfo = infos[i]
 		index[infos[i].ID] = &views[i]
+		for _, id := range infos[i].RunIDs {
+			byRun[id] = &views[i]
+		}
 	}
 	for _, name := range names {
 		p, err := d.producer(ctx, name)
@@ -228,8 +232,12 @@ func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, ti := range running {
 			for _, h := range ti.Holders {
+				held := heldRun{name, ti.Task.Key, h.RunID, h.Started, h.LeaseUntil}
 				if v := index[h.WorkerID]; v != nil {
-					v.Holds = append(v.Holds, heldRun{name, ti.Task.Key, h.RunID, h.Started, h.LeaseUntil})
+					v.Holds = append(v.Holds, held)
+				}
+				if v := byRun[h.RunID]; v != nil {
+					v.Holds = append(v.Holds, held)
 				}
 			}
 		}

@@ -428,7 +428,8 @@ func TestTooManyWaitingTakes(t *testing.T) {
 func TestExecutorsAreInTheRegistry(t *testing.T) {
 	f := newFixture(t, &gateway.Config{HeartbeatInterval: 50 * time.Millisecond})
 	f.publish(map[string]any{"key": "k"})
-	if runs := f.take("py-7", "s", 1); len(runs) != 1 {
+	runs := f.take("py-7", "s", 1)
+	if len(runs) != 1 {
 		t.Fatalf("took %d runs, want 1", len(runs))
 	}
 	deadline := time.Now().Add(mschedulertest.WaitTimeout)
@@ -438,7 +439,8 @@ func TestExecutorsAreInTheRegistry(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, w := range ws {
-			if w.ID == "py-7" && w.Running == 1 && !w.Stale && slices.Contains(w.Collections, f.coll.Name()) && strings.Contains(w.Version, "gateway") {
+			if w.ID == "py-7" && w.Running == 1 && !w.Stale && slices.Contains(w.Collections, f.coll.Name()) && strings.Contains(w.Version, "gateway") &&
+				slices.Equal(w.RunIDs, []string{runs[0]["run_id"].(string)}) {
 				return
 			}
 		}

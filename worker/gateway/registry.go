@@ -81,21 +81,22 @@ func (g *Gateway) beat() {
 func (g *Gateway) liveExecutors() []mscheduler.WorkerInfo {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	held := map[string]int{}
+	held := map[string][]string{} // run ids by executor
 	for _, r := range g.runs {
 		if id := r.executorID(); id != "" {
-			held[id]++
+			held[id] = append(held[id], r.runID)
 		}
 	}
 	cutoff := time.Now().Add(-mscheduler.StaleAfterBeats * g.cfg.HeartbeatInterval)
 	var out []mscheduler.WorkerInfo
 	for id, s := range g.executors {
-		if s.lastCall.Before(cutoff) && held[id] == 0 {
+		if s.lastCall.Before(cutoff) && len(held[id]) == 0 {
 			continue
 		}
 		out = append(out, mscheduler.WorkerInfo{
 			ID: id, Host: s.host, Version: "gateway executor via " + g.cfg.WorkerID, Collections: slices.Clone(s.collections),
-			Groups: slices.Clone(s.groups), Running: held[id], StartedAt: s.started, HeartbeatMS: g.cfg.HeartbeatInterval.Milliseconds(),
+			Groups: slices.Clone(s.groups), Running: len(held[id]), RunIDs: slices.Sorted(slices.Values(held[id])),
+			StartedAt: s.started, HeartbeatMS: g.cfg.HeartbeatInterval.Milliseconds(),
 		})
 	}
 	return out
