@@ -145,7 +145,7 @@ func TestPythonClientWithTokens(t *testing.T) {
 		"take: t-1/attempt=1/delivery=1",
 		"no token: 401 token",
 		"wrong token: 401 token",
-		"renew by py-b: 403 run_id",
+		"renew by py-b: lost [True]",
 		"complete by py-b: 403 run_id",
 		"renew by py-a: True",
 		"complete by py-a: succeeded",

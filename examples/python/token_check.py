@@ -35,7 +35,7 @@ def main(url: str, collection: str, token_a: str, token_b: str) -> None:
     run_id = runs[0].run_id
     print("no token:", answer(lambda: Gateway(url, collection).get("t-1")))
     print("wrong token:", answer(lambda: Gateway(url, collection, token="w" * 32).get("t-1")))
-    print("renew by py-b:", answer(lambda: b.renew([run_id])))
+    print("renew by py-b: lost", answer(lambda: [lost["run_id"] == run_id for lost in b.renew([run_id])["lost"]]))
     print("complete by py-b:", answer(lambda: b.complete(run_id, {"by": "b"})))
     print("renew by py-a:", answer(lambda: a.renew([run_id])["renewed"] == [run_id]))
     print("complete by py-a:", answer(lambda: a.complete(run_id, {"by": "a"})))

@@ -21,7 +21,9 @@
 //
 // Every request is guarded as the dashboard's are: a Host that is not a
 // loopback name, an IP address or one of Config.AllowedHosts gets 421;
-// without Config.Tokens only this machine's peers are served; bodies are
+// without Config.Tokens only this machine's peers are served; a browser's
+// cross-site request (Sec-Fetch-Site or Origin) gets 403, so that a page
+// of another site cannot act through a gateway on loopback; bodies are
 // bounded. The routes and their answers are described by the OpenAPI
 // document served at /openapi.json.
 package gateway

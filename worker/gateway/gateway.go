@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -91,8 +90,7 @@ func (c *Config) withDefaults() *Config {
 		out = *c
 	}
 	if out.WorkerID == "" {
-		host, _ := os.Hostname()
-		out.WorkerID = strings.ReplaceAll(cmp.Or(host, "mscheduler"), ".", "-") + "-gateway" // a worker id has no '.'
+		out.WorkerID = mscheduler.DefaultWorkerID() + "-gateway" // per process: two gateways of a host must not share fences
 
 	}
 	out.Capacity = cmp.Or(out.Capacity, CapacityDefault)
@@ -137,12 +135,14 @@ func (c *Config) validate() error {
 // Gateway is the HTTP front end. Its pools start on first use; Stop ends
 // them, giving back the runs they hold.
 type Gateway struct {
-	db  *mongo.Database
-	cfg *Config
-	mux *http.ServeMux
+	db      *mongo.Database
+	cfg     *Config
+	mux     *http.ServeMux
+	guarded http.Handler // mux, refusing cross-site requests of browsers
 
 	mu        sync.Mutex // guards what follows; handlers and the pools' handlers take it
-	pools     map[string]*pool
+	pools     map[string]*poolEntry
+	failures  map[string]error // by run id: the last failed attempt of a run going on
 	producers map[string]*mscheduler.Producer[bson.RawValue]
 	runs      map[string]*parked               // by run id: every run a handler holds
 	sessions  map[string]*sessions             // by executor id
@@ -163,13 +163,17 @@ func New(db *mongo.Database, cfg *Config) (*Gateway, error) {
 	}
 	g := &Gateway{
 		db: db, cfg: cfg, mux: http.NewServeMux(),
-		pools: map[string]*pool{}, producers: map[string]*mscheduler.Producer[bson.RawValue]{},
+		pools: map[string]*poolEntry{}, failures: map[string]error{}, producers: map[string]*mscheduler.Producer[bson.RawValue]{},
 		runs: map[string]*parked{}, sessions: map[string]*sessions{}, stopCh: make(chan struct{}),
 		executors: map[string]*executorSeen{}, beatsDone: make(chan struct{}),
 	}
 	for _, r := range Routes {
 		g.mux.HandleFunc(r.Method+" "+r.Pattern, g.route(r))
 	}
+	// A page of another site in the operator's browser may POST to a
+	// gateway on loopback (a form, or a fetch without CORS); browsers say
+	// so in Sec-Fetch-Site or Origin, and such requests are refused.
+	g.guarded = http.NewCrossOriginProtection().Handler(g.mux)
 	return g, nil
 }
 
@@ -187,7 +191,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes)
 	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	g.mux.ServeHTTP(w, r)
+	g.guarded.ServeHTTP(w, r)
 }
 
 // Stop stops every pool: runs waiting for a taker or with an executor are
@@ -201,9 +205,9 @@ func (g *Gateway) Stop(ctx context.Context) error {
 	}
 	g.stopped = true
 	beating := g.beating
-	pools := make([]*pool, 0, len(g.pools))
-	for _, p := range g.pools {
-		pools = append(pools, p)
+	entries := make([]*poolEntry, 0, len(g.pools))
+	for _, e := range g.pools {
+		entries = append(entries, e)
 	}
 	g.mu.Unlock()
 	if beating {
@@ -213,8 +217,15 @@ func (g *Gateway) Stop(ctx context.Context) error {
 		}
 	}
 	var errs []error
-	for _, p := range pools {
-		errs = append(errs, p.consumer.Stop(ctx))
+	for _, e := range entries {
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if e.p != nil {
+			errs = append(errs, e.p.consumer.Stop(ctx))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -147,8 +147,8 @@ func TestStaleRunsAreRefused(t *testing.T) {
 	if code, out := f.call("POST", "/complete", "", map[string]any{"executor": "e2", "run_id": id}); code != 403 || out["field"] != "run_id" {
 		t.Fatalf("another executor's complete: %d %v, want 403 on run_id", code, out)
 	}
-	if code, out := f.call("POST", "/renew", "", map[string]any{"executor": "e2", "run_ids": []any{id}}); code != 403 {
-		t.Fatalf("another executor's renew: %d %v, want 403", code, out)
+	if code, out := f.call("POST", "/renew", "", map[string]any{"executor": "e2", "run_ids": []any{id}}); code != 409 || len(out["lost"].([]any)) != 1 {
+		t.Fatalf("another executor's renew: %d %v, want 409 with the run lost to it", code, out)
 	}
 	other := f.coll.Database().Collection(f.coll.Name() + "_other")
 	t.Cleanup(func() {
@@ -447,5 +447,52 @@ func TestExecutorsAreInTheRegistry(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the executor is not in the registry holding its run: %+v", ws)
 		}
+	}
+}
+
+// TestUntakenRetryStillFails: a retry that no executor takes does not wipe
+// out the failure before it: the run fails with that failure, counting
+// towards MaxFailedRuns, rather than being released to start again.
+func TestUntakenRetryStillFails(t *testing.T) {
+	f := newFixture(t, &gateway.Config{UntakenHold: 100 * time.Millisecond})
+	f.publish(map[string]any{"key": "k", "max_retries": 1, "retry_delay_ms": 1, "max_failed_runs": 1})
+	run := f.take("e", "s", 1)[0]
+	if code, out := f.call("POST", "/fail", "", map[string]any{"executor": "e", "run_id": run["run_id"], "error": "disk full"}); code != 200 || out["outcome"] != "retrying" {
+		t.Fatalf("fail: %d %v, want retrying", code, out)
+	}
+	deadline := time.Now().Add(mschedulertest.WaitTimeout)
+	for f.doc("k")["status"] != "failed" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the task is %v, want failed once its retry went untaken", f.doc("k")["status"])
+		}
+	}
+	_, out := f.call("GET", "/tasks/k", "", nil)
+	runs := out["runs"].([]any)
+	if r := runs[len(runs)-1].(map[string]any); r["outcome"] != "failed" || !strings.Contains(r["error"].(string), "disk full") {
+		t.Fatalf("the run: %v, want failed with the executor's error", r)
+	}
+}
+
+// TestCrossSiteRequestsAreRefused: a page of another site in a browser on
+// this machine cannot act through a gateway without tokens: browsers mark
+// its requests, and they are refused before anything is read or written.
+func TestCrossSiteRequestsAreRefused(t *testing.T) {
+	f := newFixture(t, nil)
+	for _, h := range []map[string]string{{"Sec-Fetch-Site": "cross-site"}, {"Origin": "https://attacker.example"}} {
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", f.base+"/tasks", strings.NewReader(`{"key":"x"}`))
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("a cross-site POST with %v: %d, want 403", h, resp.StatusCode)
+		}
+	}
+	if n, err := f.coll.CountDocuments(t.Context(), map[string]any{}); err != nil || n != 0 {
+		t.Fatalf("%d documents after cross-site POSTs (%v), want 0", n, err)
 	}
 }

@@ -920,7 +920,7 @@ func TestContractAnswers(t *testing.T) {
 	if len(out["renewed"].([]any)) != 3 {
 		t.Errorf("renew: %v", out)
 	}
-	c.expect(403, "run_id", opRenew, "", "", map[string]any{"executor": "ex-2", "run_ids": []string{id("a/1")}}, nil)
+	c.expect(409, "", opRenew, "", "", map[string]any{"executor": "ex-2", "run_ids": []string{id("a/1")}}, nil)
 	c.expect(403, "run_id", opComplete, "", "", map[string]any{"executor": "ex-2", "run_id": id("a/1")}, nil)
 	// A restart: a new session gets the runs back at once, up to max;
 	// the earlier session is over.

@@ -42,6 +42,7 @@ type parked struct {
 	session    string
 	deliveries int
 	ended      error // why the run ended under its executor, for its later calls
+	noRetry    bool  // its outcome is a failure not to be retried
 }
 
 // runResult is an executor's outcome: a result, or an error for the
@@ -49,6 +50,7 @@ type parked struct {
 type runResult struct {
 	result bson.RawValue
 	err    error
+	final  bool // err is not to be retried (SkipRetry)
 }
 
 func newParked(p *pool, task *mscheduler.Task[bson.RawValue]) *parked {
@@ -202,9 +204,16 @@ func (r *parked) finish(o runResult) *apiError {
 	if r.state != parkedTaken {
 		return r.gone()
 	}
-	r.state = parkedDone
+	r.state, r.noRetry = parkedDone, o.final
 	r.outcome <- o
 	return nil
+}
+
+// final says the executor's outcome was a failure not to be retried.
+func (r *parked) final() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.noRetry
 }
 
 // retries says a failure to be retried would be: the task's local

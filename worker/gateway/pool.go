@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,9 +22,10 @@ type pool struct {
 	consumer *mscheduler.Consumer[bson.RawValue, bson.RawValue]
 	ready    chan *parked // claimed runs waiting for a taker; cap Capacity
 
-	mu      sync.Mutex // guards what follows
-	waiting int        // runs the waiting takes still want
-	taken   int        // runs with an executor
+	mu      sync.Mutex      // guards what follows
+	waiting int             // runs the waiting takes still want
+	taken   int             // runs with an executor
+	between map[string]bool // runs waiting out their retry delay, by run id: held, and owed to a taker
 }
 
 // demand is what the consumer should hold: the runs executors have, and
@@ -31,12 +33,24 @@ type pool struct {
 func (p *pool) demand() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.taken + p.waiting
+	return p.taken + p.waiting + len(p.between)
 }
 
 func poolKey(coll string, groups []string) string {
 	return coll + "\x00" + strings.Join(sortedCopy(groups), ",")
 }
+
+// poolEntry is a pool being started, or started: callers of the same key
+// wait on done, without holding the gateway's lock through the start's
+// round trips.
+type poolEntry struct {
+	done chan struct{} // closed once p or err is set
+	p    *pool
+	err  *apiError
+}
+
+// poolStartTimeout bounds a pool's start: its consumer's first commands.
+const poolStartTimeout = 30 * time.Second
 
 // poolOf returns the pool of a collection and groups, started on first use.
 func (g *Gateway) poolOf(ctx context.Context, coll string, groups []string) (*pool, *apiError) {
@@ -45,14 +59,36 @@ func (g *Gateway) poolOf(ctx context.Context, coll string, groups []string) (*po
 	}
 	key := poolKey(coll, groups)
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if g.stopped {
+		g.mu.Unlock()
 		return nil, &apiError{503, "gateway", "the gateway is stopping"}
 	}
-	if p := g.pools[key]; p != nil {
-		return p, nil
+	e, started := g.pools[key]
+	if !started {
+		e = &poolEntry{done: make(chan struct{})}
+		g.pools[key] = e
 	}
-	p := &pool{g: g, coll: coll, ready: make(chan *parked, g.cfg.Capacity)}
+	g.mu.Unlock()
+	if !started {
+		e.p, e.err = g.startPool(ctx, coll, groups)
+		if e.err != nil {
+			g.mu.Lock()
+			delete(g.pools, key) // the next take tries again
+			g.mu.Unlock()
+		}
+		close(e.done)
+	}
+	select {
+	case <-e.done:
+		return e.p, e.err
+	case <-ctx.Done():
+		return nil, &apiError{503, "", "the request ended while the gateway started serving its collection"}
+	}
+}
+
+// startPool starts the pulling consumer of a pool.
+func (g *Gateway) startPool(ctx context.Context, coll string, groups []string) (*pool, *apiError) {
+	p := &pool{g: g, coll: coll, ready: make(chan *parked, g.cfg.Capacity), between: map[string]bool{}}
 	cfg := g.cfg.Consumer
 	cfg.WorkerID = workerIDOf(g.cfg.WorkerID, groups)
 	cfg.Groups = slices.Clone(groups)
@@ -66,11 +102,12 @@ func (g *Gateway) poolOf(ctx context.Context, coll string, groups []string) (*po
 	if err != nil {
 		return nil, &apiError{500, "gateway", err.Error()}
 	}
-	if err := c.Start(context.WithoutCancel(ctx)); err != nil {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartTimeout)
+	defer cancel()
+	if err := c.Start(sctx); err != nil {
 		return nil, serverError(err)
 	}
 	p.consumer = c
-	g.pools[key] = p
 	return p, nil
 }
 
@@ -87,23 +124,54 @@ func workerIDOf(base string, groups []string) string {
 // waits for its executor's outcome while the consumer keeps the lease.
 func (p *pool) handle(ctx context.Context, task *mscheduler.Task[bson.RawValue]) (bson.RawValue, error) {
 	r := newParked(p, task)
+	prev := p.endRetryWait(r.runID) // the last attempt's error, on a retry
 	p.g.register(r)
 	defer p.g.unregister(r)
 	select {
 	case p.ready <- r:
 	default: // takers gave up on as many runs as the pool holds
-		return bson.RawValue{}, fmt.Errorf("no executor waits for the run: %w", mscheduler.ErrRelease)
+		return bson.RawValue{}, p.untaken(prev, fmt.Errorf("no executor waits for the run: %w", mscheduler.ErrRelease))
 	}
 	if err := r.awaitTaker(ctx, p.g.cfg.UntakenHold); err != nil {
-		return bson.RawValue{}, err
+		return bson.RawValue{}, p.untaken(prev, err)
 	}
-	defer p.untake()
-	return r.awaitOutcome(ctx)
+	result, err := r.awaitOutcome(ctx)
+	p.untake(r, err, ctx.Err() != nil)
+	return result, err
 }
 
-func (p *pool) untake() {
+// untaken is the error of a run nobody took: a release, unless the run is
+// a retry, whose release would drop the failure before it (and with it
+// MaxFailedRuns): then it fails with that failure, without more retries.
+func (p *pool) untaken(prev, err error) error {
+	if prev == nil || !errors.Is(err, mscheduler.ErrRelease) {
+		return err
+	}
+	return mscheduler.SkipRetry(fmt.Errorf("%w (its retry was not taken: %v)", prev, err))
+}
+
+// endRetryWait ends a run's wait between attempts and returns the error of
+// its last attempt; nil for a first attempt.
+func (p *pool) endRetryWait(runID string) error {
+	p.mu.Lock()
+	delete(p.between, runID)
+	p.mu.Unlock()
+	return p.g.lastFailure(runID)
+}
+
+// untake ends a run's time with its executor. A failure that the consumer
+// retries keeps the run held through the retry delay: it is counted in
+// the demand until its next attempt is parked.
+func (p *pool) untake(r *parked, err error, cancelled bool) {
+	retried := err != nil && !cancelled && !errors.Is(err, mscheduler.ErrRelease) && !r.final() && r.retries()
+	if err != nil && !errors.Is(err, mscheduler.ErrRelease) {
+		p.g.noteFailure(r.runID, err)
+	}
 	p.mu.Lock()
 	p.taken--
+	if retried {
+		p.between[r.runID] = true
+	}
 	p.mu.Unlock()
 	p.consumer.Wake()
 }

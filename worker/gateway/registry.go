@@ -32,6 +32,9 @@ func (g *Gateway) seen(ex Executor, coll, remoteAddr string) {
 	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.stopped {
+		return
+	}
 	s := g.executors[ex.ID]
 	if s == nil {
 		s = &executorSeen{started: now}

@@ -79,6 +79,12 @@ func (g *Gateway) takeRuns(w http.ResponseWriter, r *http.Request, c caller) err
 		runs = p.take(r.Context(), ex, in.Session, n, wait)
 		g.leaveWait()
 	}
+	if ctx := r.Context(); ctx.Err() != nil && !errors.Is(context.Cause(ctx), errShutdown) { // the taker went away: its runs go back, unrun
+		for _, run := range runs {
+			_ = run.finish(runResult{err: fmt.Errorf("its taker went away before the answer: %w", mscheduler.ErrRelease)})
+		}
+		return nil
+	}
 	out := make([]runOut, len(runs))
 	for i, run := range runs {
 		out[i] = newRunOut(run)
@@ -132,14 +138,11 @@ func (g *Gateway) renewRuns(w http.ResponseWriter, r *http.Request, c caller) er
 	lost := []lostRun{}
 	for _, id := range in.RunIDs {
 		run, aerr := g.run(coll, id, ex.ID)
-		switch {
-		case aerr != nil && aerr.status == http.StatusForbidden:
-			return aerr // nothing renewed: the request speaks for another executor
-		case aerr != nil:
+		if aerr != nil { // gone, or another executor's now (a retry keeps the run id): the others are renewed all the same
 			lost = append(lost, lostRun{id, aerr.message})
-		default:
-			held = append(held, run)
+			continue
 		}
+		held = append(held, run)
 	}
 	if len(held) > 0 {
 		g.seen(ex, coll, r.RemoteAddr)
@@ -207,7 +210,7 @@ func (g *Gateway) endRun(w http.ResponseWriter, r *http.Request, c caller, how s
 		return aerr
 	}
 	if how == "fail" && (in.Retry == nil || *in.Retry) && !run.retries() {
-		o.err = mscheduler.SkipRetry(o.err) // retries used up: the run fails now
+		o.err, o.final = mscheduler.SkipRetry(o.err), true // retries used up: the run fails now
 	}
 	ended := g.awaitEnd(in.RunID)
 	defer g.forgetEnd(in.RunID, ended)
@@ -244,7 +247,7 @@ func outcomeOf(how string, in *endIn) (runResult, *apiError) {
 		}
 		err := errors.New(in.Error)
 		if in.Retry != nil && !*in.Retry {
-			err = mscheduler.SkipRetry(err)
+			return runResult{err: mscheduler.SkipRetry(err), final: true}, nil
 		}
 		return runResult{err: err}, nil
 	default:
@@ -255,6 +258,20 @@ func outcomeOf(how string, in *endIn) (runResult, *apiError) {
 		}
 		return runResult{err: fmt.Errorf("released by its executor: %w", mscheduler.ErrRelease)}, nil
 	}
+}
+
+// noteFailure keeps the error of a run's attempt until the run ends, for
+// a retry that nobody takes (see pool.untaken).
+func (g *Gateway) noteFailure(runID string, err error) {
+	g.mu.Lock()
+	g.failures[runID] = err
+	g.mu.Unlock()
+}
+
+func (g *Gateway) lastFailure(runID string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.failures[runID]
 }
 
 // awaitEnd registers for the event that ends or retries a run.
@@ -288,6 +305,9 @@ func (g *Gateway) onEvent(e mscheduler.Event) {
 	}
 	g.mu.Lock()
 	ch := g.ends[e.RunID]
+	if e.Kind != mscheduler.EventRetried {
+		delete(g.failures, e.RunID) // the run is over
+	}
 	g.mu.Unlock()
 	if ch != nil {
 		select {

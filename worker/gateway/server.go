@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"time"
@@ -48,13 +49,17 @@ func NewServer(g *Gateway) *http.Server {
 	return srv
 }
 
+// errShutdown ends the waits of takes when the server shuts down: their
+// clients are still there for the answer.
+var errShutdown = errors.New("the gateway's server is shutting down")
+
 // endTakesOn serves h, ending the wait of a take when stopping is done.
 func endTakesOn(stopping context.Context, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isTake(r) {
-			ctx, cancel := context.WithCancel(r.Context())
-			defer cancel()
-			defer context.AfterFunc(stopping, cancel)()
+			ctx, cancel := context.WithCancelCause(r.Context())
+			defer cancel(nil)
+			defer context.AfterFunc(stopping, func() { cancel(errShutdown) })()
 			r = r.WithContext(ctx)
 		}
 		h.ServeHTTP(w, r)
