@@ -160,23 +160,31 @@ class Gateway:
         "reason"}]}; lost runs have ended, and their outcome is not wanted."""
         return self._call("POST", "/renew", dict(self._me(), run_ids=list(run_ids)), accept=(409,))
 
-    def complete(self, run_id: str, result: Any = None) -> str:
+    def complete(self, run_id: str, result: Any = None, attempt: Optional[int] = None) -> str:
         """Completes a run with a JSON result (none when None). Returns the
-        outcome: "succeeded", or "pending" if its write is still going on."""
-        body = dict(self._me(), run_id=run_id)
+        outcome: "succeeded", or "pending" if its write is still going on.
+        With ``attempt`` (the run's), a run retried since is not ended."""
+        body = self._end(run_id, attempt)
         if result is not None:
             body["result"] = result
         return self._call("POST", "/complete", body)["outcome"]
 
-    def fail(self, run_id: str, error: str, retry: bool = True) -> str:
+    def fail(self, run_id: str, error: str, retry: bool = True, attempt: Optional[int] = None) -> str:
         """Fails a run; with retry, the gateway retries it locally while the
         task's retries last. Returns "retrying", "failed" or "pending"."""
-        body = dict(self._me(), run_id=run_id, error=error, retry=retry)
+        body = dict(self._end(run_id, attempt), error=error, retry=retry)
         return self._call("POST", "/fail", body)["outcome"]
 
-    def release(self, run_id: str) -> str:
+    def release(self, run_id: str, attempt: Optional[int] = None) -> str:
         """Gives a run back unrun, for any executor to take; "released"."""
-        return self._call("POST", "/release", dict(self._me(), run_id=run_id))["outcome"]
+        return self._call("POST", "/release", self._end(run_id, attempt))["outcome"]
+
+    def _end(self, run_id: str, attempt: Optional[int]) -> dict[str, Any]:
+        """The body of an end request: the executor, the run and its attempt."""
+        body = dict(self._me(), run_id=run_id)
+        if attempt is not None:
+            body["attempt"] = attempt
+        return body
 
     def _me(self, groups: bool = False) -> dict[str, Any]:
         """The executor's fields of a run request: none with a token."""
@@ -273,14 +281,14 @@ class _Serving:
             try:
                 result = self.handler(run)
             except NoRetry as exc:
-                outcome = self.gw.fail(run.run_id, _text(exc), retry=False)
+                outcome = self.gw.fail(run.run_id, _text(exc), retry=False, attempt=run.attempt)
             except Exception as exc:  # the handler's failure is the run's
-                outcome = self.gw.fail(run.run_id, _text(exc))
+                outcome = self.gw.fail(run.run_id, _text(exc), attempt=run.attempt)
             else:
                 try:
-                    outcome = self.gw.complete(run.run_id, result)
+                    outcome = self.gw.complete(run.run_id, result, attempt=run.attempt)
                 except (TypeError, ValueError) as exc:  # json.dumps refused the result
-                    outcome = self.gw.fail(run.run_id, f"the result is not JSON: {exc}", retry=False)
+                    outcome = self.gw.fail(run.run_id, f"the result is not JSON: {exc}", retry=False, attempt=run.attempt)
             log.debug("run %s of %s: %s", run.run_id, run.key, outcome)
         except (GatewayError, OSError) as exc:
             log.warning("run %s of %s: its end was not recorded: %s", run.run_id, run.key, exc)

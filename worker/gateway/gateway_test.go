@@ -359,6 +359,11 @@ func TestFailRetriesAndRelease(t *testing.T) {
 	if again["run_id"] != run["run_id"] || again["attempt"] != float64(2) {
 		t.Fatalf("after a retried failure took %v, want attempt 2 of run %v", again, run["run_id"])
 	}
+	// A late call about attempt 1 does not end attempt 2, taken by the
+	// same executor under the same run id.
+	if code, out := f.call("POST", "/complete", "", map[string]any{"executor": "e", "run_id": run["run_id"], "attempt": 1}); code != 409 || out["field"] != "attempt" {
+		t.Fatalf("complete of attempt 1 while attempt 2 runs: %d %v, want 409 on attempt", code, out)
+	}
 	if code, out := f.call("POST", "/release", "", map[string]any{"executor": "e", "run_id": again["run_id"]}); code != 200 || out["outcome"] != "released" {
 		t.Fatalf("release: %d %v", code, out)
 	}

@@ -456,9 +456,9 @@ func TestContractRouteBodies(t *testing.T) {
 	// release neither; each a part of endIn, with the same definitions.
 	endIn := doc.properties(t, doc.schema(t, "endIn"))
 	for name, want := range map[string][]string{
-		"completeIn": {"executor", "result", "run_id"},
-		"failIn":     {"error", "executor", "retry", "run_id"},
-		"releaseIn":  {"executor", "run_id"},
+		"completeIn": {"attempt", "executor", "result", "run_id"},
+		"failIn":     {"attempt", "error", "executor", "retry", "run_id"},
+		"releaseIn":  {"attempt", "executor", "run_id"},
 	} {
 		s := doc.schema(t, name)
 		props := doc.properties(t, s)

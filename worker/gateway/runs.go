@@ -168,6 +168,7 @@ func (g *Gateway) renewRuns(w http.ResponseWriter, r *http.Request, c caller) er
 type endIn struct {
 	Executor string          `json:"executor,omitempty"`
 	RunID    string          `json:"run_id"`
+	Attempt  int             `json:"attempt,omitempty"` // the attempt handed out: a later one of the same run is not ended by it
 	Result   json.RawMessage `json:"result,omitempty"`
 	Error    string          `json:"error,omitempty"`
 	Retry    *bool           `json:"retry,omitempty"` // fail only; defaults to true
@@ -208,6 +209,9 @@ func (g *Gateway) endRun(w http.ResponseWriter, r *http.Request, c caller, how s
 	run, aerr := g.run(r.PathValue("collection"), in.RunID, ex.ID)
 	if aerr != nil {
 		return aerr
+	}
+	if in.Attempt != 0 && in.Attempt != run.attempt {
+		return &apiError{http.StatusConflict, "attempt", fmt.Sprintf("attempt %d of run %q is over: the run was retried, and is at attempt %d", in.Attempt, in.RunID, run.attempt)}
 	}
 	if how == "fail" && (in.Retry == nil || *in.Retry) && !run.retries() {
 		o.err, o.final = mscheduler.SkipRetry(o.err), true // retries used up: the run fails now

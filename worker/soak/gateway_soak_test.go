@@ -1248,7 +1248,7 @@ func (e *gwExecutor) startRun(r gwRun) {
 			return
 		}
 		path, outcome := "/complete", logSucceeded
-		body := map[string]any{"executor": e.id, "run_id": r.RunID}
+		body := map[string]any{"executor": e.id, "run_id": r.RunID, "attempt": r.Attempt}
 		switch {
 		case r.Params.Kind == kindFail:
 			path, outcome = "/fail", logFailed
