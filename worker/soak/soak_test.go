@@ -716,6 +716,8 @@ type liveTask struct {
 	HoldersOther bool
 	Unlogged     int    // runs whose history record is not written yet (entries of unlogged)
 	InvalidField string // invalid.field, when a string
+	FailedRuns   int
+	RunAt        time.Time // zero unless run_at is a date
 }
 
 func (d liveTask) String() string {
@@ -730,7 +732,8 @@ type liveHolder struct {
 
 // liveProjection is what a poll reads of each task.
 var liveProjection = bson.D{{Key: "key", Value: 1}, {Key: "status", Value: 1}, {Key: "running", Value: 1},
-	{Key: "holders", Value: 1}, {Key: "unlogged", Value: 1}, {Key: "invalid", Value: 1}}
+	{Key: "holders", Value: 1}, {Key: "unlogged", Value: 1}, {Key: "invalid", Value: 1},
+	{Key: "failed_runs", Value: 1}, {Key: "run_at", Value: 1}}
 
 func readLive(raw bson.Raw) liveTask {
 	d := liveTask{ID: raw.Lookup("_id"), Status: "(none)"}
@@ -749,6 +752,10 @@ func readLive(raw bson.Raw) liveTask {
 	if n, ok := raw.Lookup("running").AsInt64OK(); ok {
 		d.Running = int(n)
 	}
+	if n, ok := raw.Lookup("failed_runs").AsInt64OK(); ok {
+		d.FailedRuns = int(n)
+	}
+	d.RunAt, _ = raw.Lookup("run_at").TimeOK()
 	if v := raw.Lookup("holders"); v.Type != 0 {
 		doc, ok := v.DocumentOK()
 		d.HoldersOther = !ok

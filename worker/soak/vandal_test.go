@@ -121,6 +121,15 @@ const (
 var vandalMix = mix{quick: 48, slow: 20, retry: 12, fail: 6, conc: 6, distinct: 6, recurring: 4,
 	waves: 1, window: 30 * time.Second, deadline: vandalDeadline}
 
+// backingOff says a task waits out the delay its failed runs earned, as its
+// document shows (pending, nothing held, failed runs, a run_at to come):
+// not stuck. An edit can make every run of a task fail (max_retries
+// removed from one that succeeds only on its retry); its 20 failed runs,
+// each delaying the next up to RetryDelayMax, then outlast the soak.
+func backingOff(d liveTask, now time.Time) bool {
+	return d.Status == "pending" && len(d.Holders) == 0 && !d.HoldersOther && d.Running == 0 && d.FailedRuns > 0 && d.RunAt.After(now)
+}
+
 // finalOrInvalid are the statuses a task may end in under the vandal.
 var finalOrInvalid = []string{"succeeded", "failed", "finished", "cancelled", "invalid"}
 
@@ -132,11 +141,12 @@ func TestVandalSoak(t *testing.T) {
 	r := e.newRun(t, m)
 	r.noRestart = true // the faults are the kills and the vandal's edits
 	r.doneNames = finalOrInvalid
+	v := newVandal(e)
 	r.done = func(d liveTask) bool {
-		return slices.Contains(finalOrInvalid, d.Status) && len(d.Holders) == 0 && (d.Running == 0 || d.Status == "invalid")
+		return slices.Contains(finalOrInvalid, d.Status) && len(d.Holders) == 0 && (d.Running == 0 || d.Status == "invalid") ||
+			v.isTouched(d.Key) && backingOff(d, time.Now())
 	}
 
-	v := newVandal(e)
 	t.Cleanup(func() { v.writeLog(t) })
 	r.explain = func(d liveTask) string {
 		key := d.Key
@@ -1292,7 +1302,8 @@ func readRawTasks(t *testing.T, coll *mongo.Collection) map[string]bson.Raw {
 }
 
 // checkTouched: every task the vandal touched, and every clone, ends in a
-// final status or invalid with the field named, and with no run going.
+// final status or invalid with the field named, or waits out the delay of
+// its failed runs (backingOff), and with no run going.
 func checkTouched(t testing.TB, docs map[string]bson.Raw, v *vandal) {
 	t.Helper()
 	const check = "vandal: touched tasks end"
@@ -1326,7 +1337,7 @@ func checkTouched(t testing.TB, docs map[string]bson.Raw, v *vandal) {
 		switch {
 		case d.Status == "invalid" && d.InvalidField == "":
 			why = append(why, fmt.Sprintf("it is invalid with no field named (invalid is %s)", rawShow(raw.Lookup("invalid"))))
-		case !slices.Contains(finalOrInvalid, d.Status):
+		case !slices.Contains(finalOrInvalid, d.Status) && !backingOff(d, time.Now()):
 			why = append(why, "its status is "+d.Status)
 		}
 		if len(d.Holders) > 0 {
