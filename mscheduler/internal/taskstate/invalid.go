@@ -43,13 +43,31 @@ type Quarantine struct {
 // Filter fences the quarantine: on the run being ended, else on the
 // document as read.
 func (q *Quarantine) Filter() bson.D {
+	var f bson.D
 	switch {
 	case q.Holder != "" && !q.Lease.IsZero():
-		return LeaseFence(q.Raw.Lookup(stored.FID), q.Holder, q.RunID, q.Lease)
+		f = LeaseFence(q.Raw.Lookup(stored.FID), q.Holder, q.RunID, q.Lease)
 	case q.Holder != "":
-		return RunFence(q.Raw.Lookup(stored.FID), q.Holder, q.RunID)
+		f = RunFence(q.Raw.Lookup(stored.FID), q.Holder, q.RunID)
+	default:
+		return AsRead(q.Raw)
 	}
-	return AsRead(q.Raw)
+	if q.holders() <= 1 {
+		// The update takes the task out of the sweep's range, as the last
+		// run's end: only if no claim came since the read (the document
+		// may be the run's own, read at its claim). Else a run claimed
+		// since would be left held on an invalid task no sweep reads.
+		f = append(f, asReadField(q.Raw, stored.FRunning))
+	}
+	return f
+}
+
+// asReadField fences on a field's value as read, or its absence.
+func asReadField(raw bson.Raw, field string) bson.E {
+	if v := raw.Lookup(field); v.Type != 0 {
+		return bson.E{Key: field, Value: v}
+	}
+	return bson.E{Key: field, Value: Op("$exists", false)}
 }
 
 // Update is the quarantine's update.
