@@ -145,7 +145,7 @@ func gwTasks(rng *rand.Rand, base time.Time) ([]map[string]any, map[string]spec)
 // preferring one with runs going, and starts its slot again at once.
 //
 // Each executor process (the test binary run again with envGwExecutor set,
-// through TestGatewayExecutorProcess) takes up to 4 runs at a time (take,
+// through runGatewayExecutorProcess) takes up to 4 runs at a time (take,
 // wait_ms 2000), runs each in a goroutine (a sleep of the task's dur_ms),
 // renews every run it holds in one /renew every renew_every_ms, and ends
 // each with /complete or /fail. It appends lines to a log of its
@@ -452,8 +452,8 @@ func (p *gwExecPool) start(slot int) *gwExecProc {
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	defer stderr.Close() // the child has its own copy
-	proc.cmd = exec.Command(p.exe, "-test.run=^TestGatewayExecutorProcess$")
+	defer stderr.Close()                           // the child has its own copy
+	proc.cmd = exec.Command(p.exe, "-test.run=^$") // TestMain runs the executor
 	proc.cmd.Env = append(os.Environ(), envGwExecutor+"="+label, envGwID+"="+gwSlots[slot].id,
 		envGwGroups+"="+strings.Join(gwSlots[slot].groups, ","), envGwURL+"="+p.url, envGwLog+"="+proc.logPath)
 	proc.cmd.Stderr = stderr
@@ -1096,13 +1096,10 @@ func total(m map[string]int) int {
 
 // The executor process.
 
-// TestGatewayExecutorProcess is the body of an executor process that
-// TestGatewaySoak starts: it does nothing in a test run of its own.
-func TestGatewayExecutorProcess(t *testing.T) {
-	label := os.Getenv(envGwExecutor)
-	if label == "" {
-		t.Skip("an executor process of TestGatewaySoak; it runs only as one")
-	}
+// runGatewayExecutorProcess is the body of an executor process that
+// TestGatewaySoak starts (TestMain runs it instead of the tests when
+// envGwExecutor names the executor), and its exit status.
+func runGatewayExecutorProcess(label string) int {
 	// The parent holds our stdin open; when it closes (the soak is done,
 	// or died), the executor goes, as the soak's workers do.
 	go func() {
@@ -1111,8 +1108,9 @@ func TestGatewayExecutorProcess(t *testing.T) {
 	}()
 	if err := runGatewayExecutor(label); err != nil {
 		fmt.Fprintln(os.Stderr, "gateway soak executor:", err)
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 // gwRun is a run as a take hands it out.

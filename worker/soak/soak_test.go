@@ -45,6 +45,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envWorker) != "" {
 		os.Exit(runWorkerProcess())
 	}
+	if label := os.Getenv(envGwExecutor); label != "" {
+		os.Exit(runGatewayExecutorProcess(label))
+	}
 	os.Exit(m.Run())
 }
 
