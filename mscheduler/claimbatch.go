@@ -165,11 +165,7 @@ func (c *engine) claimBatch(ctx context.Context, st *claimState, k int) ([]claim
 // candidates of other shares to their consumers for a moment (see
 // passOver), it says until when in st.heldUntil.
 func (c *engine) chooseCandidates(ctx context.Context, st *claimState, k int, now time.Time) ([]claimchoice.Candidate, bool, error) {
-	limit := k * max(claimSpread, min(st.peers, maxClaimSpread)) // for workers to choose apart
-	if c.cfg.ClaimSpareFor > 0 {
-		limit = max(2*limit, minSpareRead)
-	}
-	cands, err := c.candidates(ctx, c.claimant(st, now).Due(now), limit)
+	cands, err := c.candidates(ctx, c.claimant(st, now).Due(now), candidateLimit(k, st.peers, c.cfg.ClaimSpareFor > 0))
 	if err != nil {
 		return nil, false, err // the spares are gone already: take found too few
 	}
@@ -189,6 +185,17 @@ func (c *engine) chooseCandidates(ctx context.Context, st *claimState, k int, no
 	return chosen, len(chosen) == len(cands), nil
 }
 
+// candidateLimit is how many candidates a claim of k slots reads, among
+// peers consumers: enough for them to choose apart, and, when it keeps
+// spares, about spareClaims claims of its own share.
+func candidateLimit(k, peers int, spares bool) int {
+	limit := k * max(claimSpread, min(peers, maxClaimSpread))
+	if spares {
+		limit = max(2*limit, minSpareRead, min(spareClaims*k*peers, maxSpareRead))
+	}
+	return limit
+}
+
 // passOverWait is how long a consumer leaves a task of another share to
 // its own consumer: twice the round trip of its last claim, so that a
 // consumer with free slots has had the time to claim it, within
@@ -204,6 +211,17 @@ const passOverMin = 50 * time.Millisecond
 // spares: a consumer claiming one slot at a time then reads once for
 // many claims.
 const minSpareRead = 16
+
+// spareClaims is how many claims of k slots a read keeping spares holds
+// of this consumer's share: only its share is kept, a peers-th of what it
+// reads, so that with many consumers a read sized for one consumer served
+// one claim or two, and the candidate reads (each a scan on a server
+// without indexes) grew with the consumers for the same work. Capped at
+// maxSpareRead candidates per read.
+const (
+	spareClaims  = 4
+	maxSpareRead = 1024
+)
 
 // claimedAsRead builds the tasks as claimed from the candidates as read,
 // when every statement was fenced on its candidate's rev and matched.

@@ -78,7 +78,7 @@ const (
 	EndBatchMaxDefault              = 64
 	EndBatchWindowDefault           = 2 * time.Millisecond
 	ClaimBatchWindowDefault         = 5 * time.Millisecond
-	ClaimSpareForDefault            = 3 * time.Second
+	ClaimSpareForDefault            = 10 * time.Second
 	ReleaseTimeoutDefault           = 5 * time.Second
 	TimeoutDefault                  = time.Hour
 	TimeoutGraceDefault             = 5 * time.Second

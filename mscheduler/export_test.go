@@ -207,6 +207,10 @@ func SendPullsFor(ctx context.Context, coll *mongo.Collection, keys []string) er
 // ShareOf is the share among peers that a task key falls in (see choose).
 func ShareOf(key string, peers int) int { return claimchoice.ShareOf(key, peers) }
 
+// CandidateLimit is how many candidates a claim of k slots reads among
+// peers consumers, keeping spares or not.
+func CandidateLimit(k, peers int, spares bool) int { return candidateLimit(k, peers, spares) }
+
 // PassOverMin is the least a consumer leaves a task of another share to
 // its own consumer; ReannounceGap bounds how often lost tasks bring an
 // announce forward; AnnounceSoon bounds the wait for a second announce.

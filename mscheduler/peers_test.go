@@ -279,3 +279,36 @@ func TestConsumersOfOtherGroupsAreNotPeers(t *testing.T) {
 		return count("consumers") == 3 && count("consumers:b") == 1
 	})
 }
+
+// TestJoiningConsumersDoNotAllSweepAtOnce: a consumer that joins more
+// than PollBudget of them sweeps first at a random point of its
+// spread-out interval, not at start, while the first consumer, alone,
+// sweeps at once.
+func TestJoiningConsumersDoNotAllSweepAtOnce(t *testing.T) {
+	const n = 4
+	coll := mschedulertest.Collection(t)
+	newProducer[int](t, coll, nil) // indexes
+	logs := make([]*idleLog, n)
+	for i := range n {
+		logs[i] = newIdleLog()
+		client := mschedulertest.NewClient(t, options.Client().SetMonitor(logs[i].monitor()))
+		cfg := fastConfig(fmt.Sprintf("w%d", i), mschedulertest.NewEvents())
+		// Spread over hours, a first sweep within the test is unlikely
+		// (a few in a million) but for the first consumer's.
+		cfg.PollInterval, cfg.SweepInterval, cfg.PollBudget = 10*time.Millisecond, time.Hour, 1
+		startConsumer(t, dbCollection(client, coll), func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }, cfg)
+		logs[i].waitUntil(t, fmt.Sprintf("w%d to learn of %d consumers", i, i+1), func(l *idleLog) bool { return l.peers >= i+1 })
+		logs[i].waitUntil(t, fmt.Sprintf("3 polls of w%d", i), func(l *idleLog) bool { return len(l.claims) >= 3 })
+	}
+	for i, l := range logs {
+		l.mu.Lock()
+		sweeps := len(l.sweeps)
+		l.mu.Unlock()
+		switch {
+		case i == 0 && sweeps == 0:
+			t.Errorf("w0, alone at start, did not sweep at once")
+		case i > 0 && sweeps > 0:
+			t.Errorf("w%d, joining %d consumers with a budget of 1, swept %d times at start", i, i, sweeps)
+		}
+	}
+}

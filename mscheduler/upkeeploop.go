@@ -2,6 +2,7 @@ package mscheduler
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/peers"
@@ -129,6 +130,9 @@ func (c *engine) announceIfDue(ctx context.Context, st *upkeepState) {
 // sweepIfDue runs a sweep when its time has come.
 func (c *engine) sweepIfDue(ctx context.Context, st *upkeepState) {
 	now := c.clock.Now()
+	if st.sweepAt.IsZero() && c.spreadOut(c.cfg.SweepInterval, c.view().alive) > c.cfg.SweepInterval {
+		st.sweepAt = now.Add(firstSweepAfter(c.spreadOut(c.cfg.SweepInterval, c.view().alive)))
+	}
 	if now.Before(st.sweepAt) {
 		return
 	}
@@ -149,6 +153,15 @@ func (c *engine) sweepIfDue(ctx context.Context, st *upkeepState) {
 	if !next.IsZero() && next.Before(st.sweepAt) {
 		st.sweepAt = next
 	}
+}
+
+// firstSweepAfter is when a consumer that joins more than PollBudget of
+// them sweeps first: at a random point of its spread-out interval, as if
+// it had been sweeping all along. Consumers started together each swept
+// at once, a scan each on a server without indexes, while those alive
+// before them had the collection swept within SweepInterval anyway.
+func firstSweepAfter(interval time.Duration) time.Duration {
+	return time.Duration(rand.Int64N(int64(interval)))
 }
 
 // maintainIfDue takes or renews the maintenance lease when its time has
