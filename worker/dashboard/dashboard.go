@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/worker/internal/webguard"
 )
 
 // EnvToken names the environment variable with the default Config.Token.
@@ -94,7 +95,7 @@ func (c Config) validate() error {
 		return fmt.Errorf("dashboard: invalid MaxEventStreams: must be positive, got %d", c.MaxEventStreams)
 	}
 	for i, name := range c.AllowedHosts {
-		if !validHostName(name) {
+		if !webguard.ValidHostName(name) {
 			return fmt.Errorf("dashboard: invalid AllowedHosts[%d]: %q is not a host name (no scheme, port or path)", i, name)
 		}
 	}

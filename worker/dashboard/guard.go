@@ -2,11 +2,10 @@ package dashboard
 
 import (
 	"fmt"
-	"net"
 	"net/http"
-	"slices"
-	"strings"
 	"time"
+
+	"github.com/mscheduler/mscheduler/worker/internal/webguard"
 )
 
 // Every request passes the guard before any page or action sees it:
@@ -18,6 +17,9 @@ import (
 //     token is read-only, and for the loopback interface alone;
 //   - every reply refuses to be framed (clickjacking) and to be sniffed
 //     as another type;
+//
+// The rules of the first three are worker/internal/webguard's, shared
+// with the HTTP gateway;
 //   - a body is cut at MaxBodyBytes.
 
 // Defaults of Config's bounds.
@@ -29,23 +31,15 @@ const (
 	MaxEventStreamsDefault = 32
 )
 
-// loopbackNames are the host names of this machine that no DNS answer
-// can rebind.
-var loopbackNames = []string{"localhost", "127.0.0.1", "::1"}
-
 // guard wraps the dashboard's handler with the checks above.
 func (d *Dashboard) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("Content-Security-Policy", "frame-ancestors 'none'")
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "same-origin")
-		if !d.hostAllowed(r.Host) {
-			http.Error(w, fmt.Sprintf("this dashboard does not answer to the host %q: list it in Config.AllowedHosts (the command's --allow-host)", hostOf(r.Host)), http.StatusMisdirectedRequest)
+		webguard.SetHeaders(w.Header())
+		if !webguard.HostAllowed(r.Host, d.cfg.AllowedHosts) {
+			http.Error(w, fmt.Sprintf("this dashboard does not answer to the host %q: list it in Config.AllowedHosts (the command's --allow-host)", webguard.HostOf(r.Host)), http.StatusMisdirectedRequest)
 			return
 		}
-		if d.cfg.Token == "" && !fromLoopback(r.RemoteAddr) {
+		if d.cfg.Token == "" && !webguard.FromLoopback(r.RemoteAddr) {
 			http.Error(w, "a dashboard without a token answers this machine only: set Config.Token (MSCHEDULER_DASHBOARD_TOKEN)", http.StatusForbidden)
 			return
 		}
@@ -60,60 +54,11 @@ func (d *Dashboard) guard(next http.Handler) http.Handler {
 	})
 }
 
-// hostAllowed says the dashboard answers to host (a Host header, with or
-// without its port): a loopback name, an IP address, or a name of
-// AllowedHosts. A token does not widen it: a rebound page cannot send the
-// token, but it can still load the login page and the read-only pages of a
-// dashboard that also answers on loopback without one. An IP address cannot
-// be rebound, since rebinding needs a name whose DNS answers the attacker
-// controls.
-func (d *Dashboard) hostAllowed(host string) bool {
-	name := strings.ToLower(hostOf(host))
-	if slices.Contains(loopbackNames, name) || net.ParseIP(name) != nil {
-		return true
-	}
-	return slices.ContainsFunc(d.cfg.AllowedHosts, func(a string) bool { return strings.EqualFold(a, name) })
-}
-
 // ListenName is the host name of a listen address such as
 // "dash.internal:8080", for AllowedHosts: a server bound to a name answers
 // to it. It is "" for an IP address or none (every interface), which the
 // dashboard answers to already.
-func ListenName(addr string) string {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil || host == "" || net.ParseIP(host) != nil || slices.Contains(loopbackNames, strings.ToLower(host)) {
-		return ""
-	}
-	return host
-}
-
-// hostOf is the name in a Host header, without its port or brackets.
-func hostOf(host string) string {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		return h
-	}
-	return strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-}
-
-// validHostName says name is a host name or an IP address: no scheme,
-// port, path or user.
-func validHostName(name string) bool {
-	return name != "" && (net.ParseIP(name) != nil || !strings.ContainsAny(name, "/:@ \t[]"))
-}
-
-func isLoopbackIP(name string) bool {
-	ip := net.ParseIP(name)
-	return ip != nil && ip.IsLoopback()
-}
-
-// fromLoopback says a request's peer is this machine.
-func fromLoopback(remoteAddr string) bool {
-	host, _, err := net.SplitHostPort(remoteAddr)
-	if err != nil {
-		host = remoteAddr
-	}
-	return isLoopbackIP(host)
-}
+func ListenName(addr string) string { return webguard.ListenName(addr) }
 
 // Timeouts of the HTTP server that NewServer returns.
 const (

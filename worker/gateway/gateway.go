@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/worker/internal/webguard"
 )
 
 // Defaults of Config.
@@ -129,6 +130,11 @@ func (c *Config) validate() error {
 			}
 		}
 	}
+	for i, name := range c.AllowedHosts {
+		if !webguard.ValidHostName(name) {
+			return fmt.Errorf("gateway: invalid AllowedHosts[%d]: %q is not a host name (no scheme, port or path)", i, name)
+		}
+	}
 	return nil
 }
 
@@ -179,8 +185,9 @@ func New(db *mongo.Database, cfg *Config) (*Gateway, error) {
 
 // ServeHTTP serves the routes of Routes, guarded.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !g.hostAllowed(r.Host) {
-		writeError(w, http.StatusMisdirectedRequest, "host", fmt.Sprintf("this gateway does not answer to the host %q: list it in Config.AllowedHosts (the command's --allow-host)", hostOf(r.Host)))
+	webguard.SetHeaders(w.Header())
+	if !webguard.HostAllowed(r.Host, g.cfg.AllowedHosts) {
+		writeError(w, http.StatusMisdirectedRequest, "host", fmt.Sprintf("this gateway does not answer to the host %q: list it in Config.AllowedHosts (the command's --allow-host)", webguard.HostOf(r.Host)))
 		return
 	}
 	if r.ContentLength > g.cfg.MaxBodyBytes {
@@ -190,7 +197,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil {
 		r.Body = http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes)
 	}
-	w.Header().Set("X-Content-Type-Options", "nosniff")
 	g.guarded.ServeHTTP(w, r)
 }
 
@@ -240,7 +246,7 @@ type caller struct {
 // or, with no tokens configured, a peer on this machine.
 func (g *Gateway) authenticate(r *http.Request) (caller, *apiError) {
 	if len(g.cfg.Tokens) == 0 {
-		if !fromLoopback(r.RemoteAddr) {
+		if !webguard.FromLoopback(r.RemoteAddr) {
 			return caller{}, &apiError{http.StatusForbidden, "token", "a gateway without tokens serves this machine only: set Config.Tokens (the command's --tokens)"}
 		}
 		return caller{named: true}, nil
@@ -250,7 +256,7 @@ func (g *Gateway) authenticate(r *http.Request) (caller, *apiError) {
 		return caller{}, &apiError{http.StatusUnauthorized, "token", "send Authorization: Bearer <token>"}
 	}
 	for t, ex := range g.cfg.Tokens {
-		if constantTimeEqual(t, token) {
+		if webguard.TokenEqual(token, t) {
 			return caller{executor: ex}, nil
 		}
 	}

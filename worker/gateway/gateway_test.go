@@ -501,3 +501,32 @@ func TestCrossSiteRequestsAreRefused(t *testing.T) {
 		t.Fatalf("%d documents after cross-site POSTs (%v), want 0", n, err)
 	}
 }
+
+// TestEveryAnswerRefusesFraming: answers of every kind, a refusal of the
+// host included, carry the headers that refuse framing and sniffing, as
+// the dashboard's do; an allowed host that is not a host name is refused
+// by name at New.
+func TestEveryAnswerRefusesFraming(t *testing.T) {
+	f := newFixture(t, nil)
+	for _, c := range []struct{ method, path, host string }{
+		{"GET", "/openapi.json", ""}, {"GET", "/tasks/none", ""}, {"POST", "/tasks", "rebind.example"},
+	} {
+		req, _ := http.NewRequestWithContext(t.Context(), c.method, f.base+c.path, strings.NewReader(`{"key":"x"}`))
+		req.Header.Set("Content-Type", "application/json")
+		if c.host != "" {
+			req.Host = c.host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.Header.Get("X-Frame-Options") != "DENY" || resp.Header.Get("Content-Security-Policy") != "frame-ancestors 'none'" || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s %s (Host %q): %d with headers %v, want framing and sniffing refused", c.method, c.path, c.host, resp.StatusCode, resp.Header)
+		}
+	}
+	_, err := gateway.New(mschedulertest.Client().Database(mschedulertest.Database), &gateway.Config{AllowedHosts: []string{"http://gw.internal:8090"}})
+	if err == nil || !strings.Contains(err.Error(), "AllowedHosts[0]") {
+		t.Errorf("an allowed host with a scheme and a port: %v, want an error naming AllowedHosts[0]", err)
+	}
+}

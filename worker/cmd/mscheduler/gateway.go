@@ -16,9 +16,9 @@ import (
 
 	"github.com/mscheduler/mscheduler/mscheduler"
 	"github.com/mscheduler/mscheduler/worker"
-	"github.com/mscheduler/mscheduler/worker/dashboard"
 	"github.com/mscheduler/mscheduler/worker/devserver"
 	"github.com/mscheduler/mscheduler/worker/gateway"
+	"github.com/mscheduler/mscheduler/worker/internal/webguard"
 )
 
 // gatewayShutdownTimeout bounds the requests going on at Ctrl-C: ends of
@@ -66,7 +66,7 @@ func runGateway(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 			return usageErrorf("gateway: --allow-host %q: give a host name, without scheme, port or path", h)
 		}
 	}
-	if name := dashboard.ListenName(*addr); name != "" {
+	if name := webguard.ListenName(*addr); name != "" {
 		allowHosts = append(allowHosts, name)
 	}
 	if len(tokens) == 0 && beyondLoopback(*addr) {
