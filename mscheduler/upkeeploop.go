@@ -130,8 +130,8 @@ func (c *engine) announceIfDue(ctx context.Context, st *upkeepState) {
 // sweepIfDue runs a sweep when its time has come.
 func (c *engine) sweepIfDue(ctx context.Context, st *upkeepState) {
 	now := c.clock.Now()
-	if st.sweepAt.IsZero() && c.spreadOut(c.cfg.SweepInterval, c.view().alive) > c.cfg.SweepInterval {
-		st.sweepAt = now.Add(firstSweepAfter(c.spreadOut(c.cfg.SweepInterval, c.view().alive)))
+	if spread := c.spreadOut(c.cfg.SweepInterval, c.view().alive); st.sweepAt.IsZero() && spread > c.cfg.SweepInterval {
+		st.sweepAt = now.Add(firstSweepAfter(spread))
 	}
 	if now.Before(st.sweepAt) {
 		return
