@@ -300,15 +300,14 @@ func TestJoiningConsumersDoNotAllSweepAtOnce(t *testing.T) {
 		logs[i].waitUntil(t, fmt.Sprintf("w%d to learn of %d consumers", i, i+1), func(l *idleLog) bool { return l.peers >= i+1 })
 		logs[i].waitUntil(t, fmt.Sprintf("3 polls of w%d", i), func(l *idleLog) bool { return len(l.claims) >= 3 })
 	}
-	for i, l := range logs {
+	// Alone at start, w0 sweeps at once: within the test, not an hour on.
+	logs[0].waitUntil(t, "w0's first sweep", func(l *idleLog) bool { return len(l.sweeps) > 0 })
+	for i, l := range logs[1:] {
 		l.mu.Lock()
 		sweeps := len(l.sweeps)
 		l.mu.Unlock()
-		switch {
-		case i == 0 && sweeps == 0:
-			t.Errorf("w0, alone at start, did not sweep at once")
-		case i > 0 && sweeps > 0:
-			t.Errorf("w%d, joining %d consumers with a budget of 1, swept %d times at start", i, i, sweeps)
+		if sweeps > 0 {
+			t.Errorf("w%d, joining %d consumers with a budget of 1, swept %d times at start", i+1, i+1, sweeps)
 		}
 	}
 }
