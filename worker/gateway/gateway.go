@@ -148,7 +148,6 @@ type Gateway struct {
 
 	mu        sync.Mutex // guards what follows; handlers and the pools' handlers take it
 	pools     map[string]*poolEntry
-	failures  map[string]error // by run id: the last failed attempt of a run going on
 	producers map[string]*mscheduler.Producer[bson.RawValue]
 	runs      map[string]*parked               // by run id: every run a handler holds
 	sessions  map[string]*sessions             // by executor id
@@ -169,7 +168,7 @@ func New(db *mongo.Database, cfg *Config) (*Gateway, error) {
 	}
 	g := &Gateway{
 		db: db, cfg: cfg, mux: http.NewServeMux(),
-		pools: map[string]*poolEntry{}, failures: map[string]error{}, producers: map[string]*mscheduler.Producer[bson.RawValue]{},
+		pools: map[string]*poolEntry{}, producers: map[string]*mscheduler.Producer[bson.RawValue]{},
 		runs: map[string]*parked{}, sessions: map[string]*sessions{}, stopCh: make(chan struct{}),
 		executors: map[string]*executorSeen{}, beatsDone: make(chan struct{}),
 	}

@@ -530,3 +530,28 @@ func TestEveryAnswerRefusesFraming(t *testing.T) {
 		t.Errorf("an allowed host with a scheme and a port: %v, want an error naming AllowedHosts[0]", err)
 	}
 }
+
+// TestRunEndingInItsRetryDelayIsNotOwed: a run cancelled while it waits
+// out its retry delay is no longer counted in what the pool holds for
+// takers, which would otherwise claim a run nobody asked for.
+func TestRunEndingInItsRetryDelayIsNotOwed(t *testing.T) {
+	f := newFixture(t, nil)
+	f.publish(map[string]any{"key": "r", "max_retries": 1, "retry_delay_ms": 60_000, "ping_interval_ms": 100})
+	run := f.take("e", "s", 1)[0]
+	if code, out := f.call("POST", "/fail", "", map[string]any{"executor": "e", "run_id": run["run_id"], "error": "flaky"}); code != 200 || out["outcome"] != "retrying" {
+		t.Fatalf("fail with retries left: %d %v, want retrying", code, out)
+	}
+	if d := gateway.Demand(f.gw, f.coll.Name(), nil); d != 1 {
+		t.Fatalf("demand in the retry delay: %d, want 1 (the run owed to a taker)", d)
+	}
+	if code, out := f.call("POST", "/tasks/r/cancel", "", nil); code != 200 {
+		t.Fatalf("cancel: %d %v", code, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for gateway.Demand(f.gw, f.coll.Name(), nil) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("demand %d 30 s after the run was cancelled in its retry delay, want 0; task %v", gateway.Demand(f.gw, f.coll.Name(), nil), f.doc("r"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

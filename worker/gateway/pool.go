@@ -22,10 +22,12 @@ type pool struct {
 	consumer *mscheduler.Consumer[bson.RawValue, bson.RawValue]
 	ready    chan *parked // claimed runs waiting for a taker; cap Capacity
 
-	mu      sync.Mutex      // guards what follows
-	waiting int             // runs the waiting takes still want
-	taken   int             // runs with an executor
-	between map[string]bool // runs waiting out their retry delay, by run id: held, and owed to a taker
+	mu      sync.Mutex // guards what follows
+	waiting int        // runs the waiting takes still want
+	taken   int        // runs with an executor
+	// failedLast are the runs whose last attempt failed, by run id, until
+	// their next attempt is parked or the run ends (see untake).
+	failedLast map[string]failedAttempt
 }
 
 // demand is what the consumer should hold: the runs executors have, and
@@ -33,7 +35,13 @@ type pool struct {
 func (p *pool) demand() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.taken + p.waiting + len(p.between)
+	n := p.taken + p.waiting
+	for _, f := range p.failedLast {
+		if f.retried {
+			n++
+		}
+	}
+	return n
 }
 
 func poolKey(coll string, groups []string) string {
@@ -88,7 +96,7 @@ func (g *Gateway) poolOf(ctx context.Context, coll string, groups []string) (*po
 
 // startPool starts the pulling consumer of a pool.
 func (g *Gateway) startPool(ctx context.Context, coll string, groups []string) (*pool, *apiError) {
-	p := &pool{g: g, coll: coll, ready: make(chan *parked, g.cfg.Capacity), between: map[string]bool{}}
+	p := &pool{g: g, coll: coll, ready: make(chan *parked, g.cfg.Capacity), failedLast: map[string]failedAttempt{}}
 	cfg := g.cfg.Consumer
 	cfg.WorkerID = workerIDOf(g.cfg.WorkerID, groups)
 	cfg.Groups = slices.Clone(groups)
@@ -151,26 +159,33 @@ func (p *pool) untaken(prev, err error) error {
 }
 
 // endRetryWait ends a run's wait between attempts and returns the error of
-// its last attempt; nil for a first attempt.
+// its last attempt; nil for a first attempt, or a run not of this pool.
 func (p *pool) endRetryWait(runID string) error {
 	p.mu.Lock()
-	delete(p.between, runID)
-	p.mu.Unlock()
-	return p.g.lastFailure(runID)
+	defer p.mu.Unlock()
+	prev := p.failedLast[runID].err
+	delete(p.failedLast, runID)
+	return prev
+}
+
+// failedAttempt is a run's failed last attempt: its error, for a retry
+// that nobody takes (see untaken), and whether the consumer retries it,
+// holding the run through the retry delay for a taker.
+type failedAttempt struct {
+	err     error
+	retried bool
 }
 
 // untake ends a run's time with its executor. A failure that the consumer
 // retries keeps the run held through the retry delay: it is counted in
-// the demand until its next attempt is parked.
+// the demand until its next attempt is parked, or the run ends in the
+// delay (cancelled, its lease lost: see Gateway.onEvent).
 func (p *pool) untake(r *parked, err error, cancelled bool) {
 	retried := err != nil && !cancelled && !errors.Is(err, mscheduler.ErrRelease) && !r.final() && r.retries()
-	if err != nil && !errors.Is(err, mscheduler.ErrRelease) {
-		p.g.noteFailure(r.runID, err)
-	}
 	p.mu.Lock()
 	p.taken--
-	if retried {
-		p.between[r.runID] = true
+	if err != nil && !errors.Is(err, mscheduler.ErrRelease) {
+		p.failedLast[r.runID] = failedAttempt{err: err, retried: retried}
 	}
 	p.mu.Unlock()
 	p.consumer.Wake()

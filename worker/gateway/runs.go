@@ -264,20 +264,6 @@ func outcomeOf(how string, in *endIn) (runResult, *apiError) {
 	}
 }
 
-// noteFailure keeps the error of a run's attempt until the run ends, for
-// a retry that nobody takes (see pool.untaken).
-func (g *Gateway) noteFailure(runID string, err error) {
-	g.mu.Lock()
-	g.failures[runID] = err
-	g.mu.Unlock()
-}
-
-func (g *Gateway) lastFailure(runID string) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.failures[runID]
-}
-
 // awaitEnd registers for the event that ends or retries a run.
 func (g *Gateway) awaitEnd(runID string) chan mscheduler.Event {
 	ch := make(chan mscheduler.Event, 1)
@@ -309,10 +295,18 @@ func (g *Gateway) onEvent(e mscheduler.Event) {
 	}
 	g.mu.Lock()
 	ch := g.ends[e.RunID]
+	var pools []*pool
 	if e.Kind != mscheduler.EventRetried {
-		delete(g.failures, e.RunID) // the run is over
+		for _, pe := range g.pools {
+			if pe.p != nil {
+				pools = append(pools, pe.p)
+			}
+		}
 	}
 	g.mu.Unlock()
+	for _, p := range pools {
+		p.endRetryWait(e.RunID) // the run is over: no retry will come
+	}
 	if ch != nil {
 		select {
 		case ch <- e:
