@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/history"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/localwake"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
@@ -51,7 +52,7 @@ func (p *Producer[P]) cancel(ctx context.Context, key string, need func(string) 
 		return update, nil
 	})
 	if err == nil {
-		local.cancel(namespaceOf(p.coll), key)
+		localwake.Cancel(p.coll, key)
 	}
 	return err
 }

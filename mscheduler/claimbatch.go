@@ -18,7 +18,7 @@ import (
 )
 
 // A batch claim fills k free slots with three commands, whatever k (two,
-// when each claims a task of concurrency 1: see claimlocal.go):
+// when each claims a task of concurrency 1: see claimedAsRead):
 //  1. a query for candidate tasks, in claim order, a few more than k;
 //  2. one unordered update with a statement per chosen candidate, each
 //     the claim's own filter on that task and the claim's own update with

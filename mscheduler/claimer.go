@@ -138,7 +138,7 @@ func (st *claimState) adoptView(v peerView) {
 }
 
 func (c *engine) pollInterval() time.Duration {
-	if c.watching.open.Load() {
+	if c.stream.Delivering() {
 		return c.cfg.ChangeStreamPollInterval
 	}
 	return c.cfg.PollInterval

@@ -22,11 +22,13 @@ import (
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/history"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/localwake"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/peers"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/pressure"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/retry"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/upkeep"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/watch"
 )
 
 // Handler executes one run of a task. It returns the run's result, stored in
@@ -512,8 +514,8 @@ type engine struct {
 	stopOnce    sync.Once
 	stopErr     error
 
-	watching watchState // written by the watcher, read by the claim loop
-	caps     capabilities
+	stream *watch.Stream // the change stream, when the server has one
+	caps   capabilities
 }
 
 // NewConsumer returns a consumer of coll that runs handler. It does no I/O.
@@ -570,6 +572,7 @@ func newEngine(coll *mongo.Collection, prepare prepareFunc, cfg *ConsumerConfig)
 		con.log.Warn("run history not written yet; the maintenance pass will", "error", err)
 		con.emit(Event{Kind: EventError, Err: err})
 	}, carrier, con.busy)
+	con.stream = &watch.Stream{Coll: con.coll, Wake: con.wake, Cancel: con.cancelRuns, Error: con.loopError}
 	con.peers = &peers.Registry{Meta: metaCollection(con.coll), WorkerID: c.WorkerID, Groups: c.Groups, Log: con.log}
 	con.upkeep = &upkeep.Worker{
 		Coll: con.coll, ID: c.WorkerID, Clock: con.clock, RunsKept: c.RunsKept, Retention: c.Retention.policy(),
@@ -579,7 +582,7 @@ func newEngine(coll *mongo.Collection, prepare prepareFunc, cfg *ConsumerConfig)
 				con.emit(Event{Kind: EventInvalid, Key: key, RunID: runID, WorkerID: workerID, Err: err})
 			},
 			Expired: func(key, runID, workerID string) {
-				local.ended(namespaceOf(con.coll), key)
+				localwake.Ended(con.coll, key)
 				con.emit(Event{Kind: EventExpired, Key: key, RunID: runID, WorkerID: workerID})
 			},
 			Error: func(err error) {
@@ -636,7 +639,7 @@ func (c *engine) Start(ctx context.Context) error {
 	histCtx, histCancel := context.WithCancel(context.Background())
 	c.histCancel = histCancel
 	c.started = true
-	c.unsubscribe = local.addConsumer(namespaceOf(c.coll), &localConsumer{wake: c.wakeCh, cancel: c.cancelRuns})
+	c.unsubscribe = localwake.AddConsumer(c.coll, &localwake.Consumer{Wake: c.wakeCh, Cancel: c.cancelRuns})
 	c.loops.Add(4)
 	go func() { defer c.loops.Done(); c.pinger.Loop(c.pingCtx) }()
 	go func() { defer c.loops.Done(); c.history.Loop(histCtx) }()
@@ -648,7 +651,7 @@ func (c *engine) Start(ctx context.Context) error {
 	}
 	if stream != nil {
 		c.loops.Add(1)
-		go func() { defer c.loops.Done(); c.watchLoop(c.fetchCtx, stream) }()
+		go func() { defer c.loops.Done(); c.stream.Loop(c.fetchCtx, stream) }()
 	}
 	return nil
 }
@@ -687,7 +690,7 @@ func (c *engine) prepare(ctx context.Context, up *upkeepState) (*mongo.ChangeStr
 	err := g.Wait()
 	if err != nil && stream != nil {
 		_ = stream.Close(context.Background())
-		c.watching.open.Store(false)
+		c.stream.Closed()
 	}
 	return stream, err
 }

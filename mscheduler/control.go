@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/localwake"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
@@ -100,7 +101,7 @@ func (p *Producer[P]) rewrite(ctx context.Context, key, verb string, need func(s
 			return fmt.Errorf("mscheduler: %s %q: %w", verb, key, err)
 		}
 		if res.MatchedCount > 0 {
-			local.wake(namespaceOf(p.coll))
+			localwake.Wake(p.coll)
 			return nil
 		}
 	}

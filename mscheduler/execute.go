@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/localwake"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/retry"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
@@ -208,7 +209,7 @@ func (c *engine) writeEnd(r *lease.Run, end *runend.End) {
 	switch {
 	case err == nil:
 		c.history.Add(r.Key, end.Record)
-		local.ended(namespaceOf(c.coll), r.Key)
+		localwake.Ended(c.coll, r.Key)
 		c.reportEnd(r, end, ev)
 		return
 	case errors.Is(err, runend.ErrGone):
@@ -270,7 +271,7 @@ func (c *engine) endUnwritable(r *lease.Run, end *runend.End, cause error) {
 	ok, err := c.upkeep.Quarantine(ctx, q)
 	if ok {
 		c.history.Add(r.Key, rec)
-		local.ended(namespaceOf(c.coll), r.Key)
+		localwake.Ended(c.coll, r.Key)
 	}
 	switch {
 	case err != nil:

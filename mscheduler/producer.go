@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/localwake"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/paramcheck"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
@@ -201,7 +202,7 @@ func (p *Producer[P]) publish(ctx context.Context, tasks []Task[P], opts *Publis
 	// A task due later is found by the consumers' next look: waking them
 	// for each one would cost a claim per publish and find nothing.
 	if slices.ContainsFunc(docs, func(d *taskDoc) bool { return !d.RunAt.After(p.clock.Now()) }) {
-		local.wake(namespaceOf(p.coll))
+		localwake.Wake(p.coll)
 	}
 	results := make([]PublishResult, len(docs))
 	for i, d := range docs {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/localwake"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -48,7 +49,7 @@ func settled[P any](info *TaskInfo[P], now time.Time) bool {
 // for).
 func (p *Producer[P]) Wait(ctx context.Context, key string) (*TaskInfo[P], error) {
 	ended := make(chan string, 16)
-	defer local.addWaiter(namespaceOf(p.coll), &localWaiter{ended: ended})()
+	defer localwake.AddWaiter(p.coll, &localwake.Waiter{Ended: ended})()
 	changed, stop := p.watchKey(ctx, key)
 	defer stop()
 	delay := waitPollFirst
@@ -136,7 +137,7 @@ type Completion struct {
 func (p *Producer[P]) Completions(ctx context.Context, buffer int) <-chan Completion {
 	out := make(chan Completion, max(buffer, 1))
 	ended := make(chan string, max(buffer, 16))
-	remove := local.addWaiter(namespaceOf(p.coll), &localWaiter{ended: ended})
+	remove := localwake.AddWaiter(p.coll, &localwake.Waiter{Ended: ended})
 	finals := bson.A{}
 	for _, s := range append(finalStatuses[:len(finalStatuses):len(finalStatuses)], StatusInvalid) {
 		finals = append(finals, s)
