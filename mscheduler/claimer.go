@@ -1,12 +1,10 @@
 package mscheduler
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/claimchoice"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/duetimes"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/retry"
@@ -80,7 +79,7 @@ func (c *engine) claimLoop(ctx context.Context) {
 func (c *engine) claimLater(ctx context.Context, st *claimState, err error) {
 	now := c.clock.Now()
 	st.pollAt = now.Add(jitter(c.pollInterval()))
-	st.due.popDue(now)
+	st.due.PopDue(now)
 	st.gatherUntil, st.heldUntil = time.Time{}, time.Time{}
 	c.loopError(ctx, err)
 }
@@ -89,7 +88,7 @@ func (c *engine) claimLater(ctx context.Context, st *claimState, err error) {
 // claimable has come.
 func (c *engine) claimDue(st *claimState) bool {
 	now := c.clock.Now()
-	d, ok := st.due.peek()
+	d, ok := st.due.Peek()
 	gathered := !st.gatherUntil.IsZero() && !now.Before(st.gatherUntil)
 	passed := !st.heldUntil.IsZero() && !now.Before(st.heldUntil)
 	return gathered || passed || !now.Before(st.pollAt) || ok && !now.Before(d)
@@ -97,7 +96,7 @@ func (c *engine) claimDue(st *claimState) bool {
 
 // claimState belongs to the claim loop goroutine alone.
 type claimState struct {
-	due     dueHeap // server times when a task not yet due becomes claimable
+	due     duetimes.Heap // server times when a task not yet due becomes claimable
 	skipped skipList
 	pollAt  time.Time
 	leases  leaseHint
@@ -157,7 +156,7 @@ func (c *engine) untilNextWake(st *claimState) time.Duration {
 			next = at
 		}
 	}
-	if d, ok := st.due.peek(); ok && d.Before(next) {
+	if d, ok := st.due.Peek(); ok && d.Before(next) {
 		next = d
 	}
 	return max(next.Sub(now), time.Millisecond)
@@ -178,7 +177,7 @@ func (c *engine) claimAvailable(ctx context.Context, st *claimState) {
 		poll = c.spreadOut(poll, st.peers)
 	}
 	st.pollAt = now.Add(jitter(poll))
-	st.due.popDue(now)
+	st.due.PopDue(now)
 	st.heldUntil = time.Time{}
 	c.confirmLostClaims(ctx, st)
 	if c.gathering(st, now) {
@@ -569,7 +568,7 @@ func (c *engine) scheduleNextDue(ctx context.Context, st *claimState) {
 		c.loopError(ctx, fmt.Errorf("mscheduler: find next due task: %w", err))
 	default:
 		if at, ok := raw.Lookup(fRunAt).TimeOK(); ok { // the filter holds dates only
-			st.due.add(at)
+			st.due.Add(at)
 		}
 	}
 }
@@ -646,58 +645,6 @@ func (h *leaseHint) shortest() time.Duration {
 		}
 	}
 	return out
-}
-
-// dueHeap is a min-heap of server times at which the claim loop should look
-// again: a future run_at, or a lease that may lapse. Duplicates are harmless
-// (an extra look), and its size is bounded.
-type dueHeap []time.Time
-
-const maxDue = 64
-
-func (h dueHeap) Len() int           { return len(h) }
-func (h dueHeap) Less(i, j int) bool { return h[i].Before(h[j]) }
-func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *dueHeap) Push(x any)        { *h = append(*h, x.(time.Time)) }
-func (h *dueHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
-// add records t, once: an idle worker learns the same next due time at
-// every poll. Full, it keeps the earliest maxDue.
-func (h *dueHeap) add(t time.Time) {
-	if slices.ContainsFunc(*h, t.Equal) {
-		return
-	}
-	if len(*h) >= maxDue {
-		latest := 0
-		for i, d := range *h {
-			if d.After((*h)[latest]) {
-				latest = i
-			}
-		}
-		if !t.Before((*h)[latest]) {
-			return
-		}
-		heap.Remove(h, latest)
-	}
-	heap.Push(h, t)
-}
-
-func (h *dueHeap) peek() (time.Time, bool) {
-	if len(*h) == 0 {
-		return time.Time{}, false
-	}
-	return (*h)[0], true
-}
-
-func (h *dueHeap) popDue(now time.Time) {
-	for len(*h) > 0 && !(*h)[0].After(now) {
-		heap.Pop(h)
-	}
 }
 
 func minTime(first time.Time, rest ...time.Time) time.Time {

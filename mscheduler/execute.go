@@ -337,41 +337,6 @@ func backoff(base time.Duration, n int) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
-// decodeTask builds the handler's view of a stored task (without Run). Its
-// error says why the params do not decode into P.
-func decodeTask[P any](doc *taskDoc) (*Task[P], error) {
-	t := &Task[P]{
-		Key:             doc.Key,
-		Priority:        doc.Priority,
-		RunAt:           doc.RunAt,
-		Concurrency:     doc.Concurrency,
-		DistinctWorkers: doc.DistinctWorkers,
-		WorkerIDs:       doc.WorkerIDs,
-		Group:           doc.Group,
-		PingInterval:    fromMS(doc.PingIntervalMS),
-		WorkerTimeout:   fromMS(doc.WorkerTimeoutMS),
-		MaxRetries:      doc.MaxRetries,
-		RetryDelay:      fromMS(doc.RetryDelayMS),
-		MaxFailedRuns:   doc.MaxFailedRuns,
-		Timeout:         fromMS(doc.TimeoutMS),
-		Description:     doc.Description,
-		Source:          doc.Source,
-		Tags:            doc.Tags,
-		Headers:         doc.Headers,
-	}
-	if doc.Plan != nil {
-		if p, err := planOf(doc.Plan); err == nil {
-			t.Plan = &p
-		}
-	}
-	if doc.Params.Type != 0 {
-		if err := doc.Params.Unmarshal(&t.Params); err != nil {
-			return t, fmt.Errorf("cannot be decoded into %T: %v", t.Params, err)
-		}
-	}
-	return t, nil
-}
-
 // releaseAbandoned releases the runs whose handlers ignored their cancelled
 // context past ReleaseTimeout. Their goroutines are left behind; whatever
 // they return later is not written.
