@@ -364,7 +364,7 @@ func (c *engine) admit(raw bson.Raw, runID string, st *claimState) bool {
 		return false
 	}
 	run.PlannedAt = ptrTime(doc.Planned()) // the plan gate may have moved it
-	c.startRun(doc, &job{key: doc.Key, headers: doc.Headers, run: run, call: call}, st.claimLatency)
+	c.startRun(doc, &job{run: run, call: call}, st.claimLatency)
 	return true
 }
 

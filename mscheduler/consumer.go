@@ -523,7 +523,11 @@ func NewConsumer[P, R any](coll *mongo.Collection, handler Handler[P, R], cfg *C
 	if handler == nil {
 		return nil, invalid("handler", "must not be nil")
 	}
-	e, err := newEngine(coll, typedPrepare(handler), cfg)
+	var middleware []Middleware
+	if cfg != nil {
+		middleware = cfg.Middleware
+	}
+	e, err := newEngine(coll, typedPrepare(handler, middleware), cfg)
 	if err != nil {
 		return nil, err
 	}

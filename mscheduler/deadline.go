@@ -17,7 +17,7 @@ import (
 // the attempt then fails for good (no retry).
 func (c *engine) attempt(ctx context.Context, r *lease.Run, j *job, timeout time.Duration) (bson.RawValue, error) {
 	result, err, gaveUp := attempt.Call(ctx, timeout, c.abandonOf(r), func(actx context.Context) (bson.RawValue, error) {
-		return c.call(actx, j)
+		return j.call(actx)
 	})
 	if gaveUp {
 		return result, SkipRetry(err)

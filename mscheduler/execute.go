@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime/debug"
 	"time"
 	"unicode/utf8"
 
@@ -55,10 +54,8 @@ func (c *engine) startRun(doc *taskDoc, j *job, claimLatency time.Duration) {
 // job is a claimed run as its goroutine executes it: the handler's call,
 // and what the middleware sees of it.
 type job struct {
-	key     string
-	headers map[string]string
-	run     *Run // its Attempt moves with each attempt
-	call    callFunc
+	run  *Run // its Attempt moves with each attempt
+	call callFunc
 }
 
 // execute runs the handler with local retries and writes the run's end.
@@ -301,26 +298,6 @@ func (c *engine) callWithRetries(ctx context.Context, r *lease.Run, j *job, doc 
 		case <-time.After(backoff(fromMS(doc.RetryDelayMS), attempt)):
 		}
 	}
-}
-
-// call runs the handler once, through the middleware, turning a panic into
-// a *PanicError.
-func (c *engine) call(ctx context.Context, j *job) (result bson.RawValue, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: string(debug.Stack())}
-		}
-	}()
-	run := RunFunc(func(ctx context.Context, _ *Attempt) error {
-		var herr error
-		result, herr = j.call(ctx)
-		return herr
-	})
-	for i := len(c.cfg.Middleware) - 1; i >= 0; i-- {
-		run = c.cfg.Middleware[i](run)
-	}
-	err = run(ctx, &Attempt{Key: j.key, Run: j.run, Headers: j.headers})
-	return result, err
 }
 
 // backoff is the delay before local retry n (from 1): base doubled n-1

@@ -217,7 +217,7 @@ func (w *Worker) Execute(ctx context.Context, runID, behaviour string) error {
 	defer cancel(nil)
 	r.Cancel = cancel
 	w.behaviour = behaviour
-	w.c.execute(rctx, r, &job{key: r.Key, headers: r.Doc.Headers, run: run, call: call})
+	w.c.execute(rctx, r, &job{run: run, call: call})
 	if w.lost[runID] {
 		return ErrLeaseLost
 	}

@@ -225,7 +225,7 @@ const (
 func decodeClaimedAs[P any](raw bson.Raw, workerID string) (*taskDoc, *Run, *problem) {
 	e := &engine{cfg: &ConsumerConfig{WorkerID: workerID}, prepareCall: typedPrepare(func(context.Context, *Task[P]) (struct{}, error) {
 		return struct{}{}, nil
-	})}
+	}, nil)}
 	doc, run, _, prob := e.decodeClaimed(raw)
 	return doc, run, prob
 }

@@ -3,6 +3,7 @@ package mscheduler
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -18,27 +19,39 @@ type callFunc func(ctx context.Context) (bson.RawValue, error)
 type prepareFunc func(doc *taskDoc, run *Run) (callFunc, error)
 
 // typedPrepare is the typed layer of a Consumer: it decodes a claimed
-// task's params into P, calls the handler, and encodes its R.
-func typedPrepare[P, R any](handler Handler[P, R]) prepareFunc {
+// task's params into P, calls the handler through the middleware, turning
+// a panic into a *PanicError, and encodes its R.
+func typedPrepare[P, R any](handler Handler[P, R], middleware []Middleware) prepareFunc {
 	return func(doc *taskDoc, run *Run) (callFunc, error) {
 		task, err := decodeTask[P](doc)
 		if err != nil {
 			return nil, err
 		}
 		task.Run = run
-		return func(ctx context.Context) (bson.RawValue, error) {
-			task.RunAt = doc.RunAt // the plan gate may have moved it since the claim
-			result, err := handler(ctx, task)
-			if err != nil {
-				return bson.RawValue{}, err
+		return func(ctx context.Context) (result bson.RawValue, err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = &PanicError{Value: p, Stack: string(debug.Stack())}
+				}
+			}()
+			call := RunFunc(func(ctx context.Context, _ *Attempt) error {
+				task.RunAt = doc.RunAt // the plan gate may have moved it since the claim
+				r, err := handler(ctx, task)
+				if err != nil {
+					return err
+				}
+				if result, err = encodeValue(r); err != nil {
+					// Not the handler's failure: running it again gives
+					// the same result.
+					return SkipRetry(fmt.Errorf("result cannot be encoded as BSON: %v", err))
+				}
+				return nil
+			})
+			for i := len(middleware) - 1; i >= 0; i-- {
+				call = middleware[i](call)
 			}
-			v, err := encodeValue(result)
-			if err != nil {
-				// Not the handler's failure: running it again gives the
-				// same result.
-				return bson.RawValue{}, SkipRetry(fmt.Errorf("result cannot be encoded as BSON: %v", err))
-			}
-			return v, nil
+			err = call(ctx, &Attempt{Key: doc.Key, Run: run, Headers: doc.Headers})
+			return result, err
 		}, nil
 	}
 }
