@@ -57,7 +57,8 @@ type Config struct {
 	// [MaxWaitDefault].
 	MaxWait time.Duration
 	// MaxWaiting bounds the takes waiting at once; more are refused with
-	// 429. Defaults to [MaxWaitingDefault].
+	// 429. A take with wait_ms 0 does not wait, and is never refused for
+	// it. Defaults to [MaxWaitingDefault].
 	MaxWaiting int
 	// UntakenHold is how long a claimed run waits for a taker (its take
 	// gave up meanwhile) before it is released for others. Defaults to

@@ -400,7 +400,8 @@ func TestParamsSchemaIsCheckedAtTheDoor(t *testing.T) {
 }
 
 // TestTooManyWaitingTakes: takes beyond MaxWaiting are refused with 429
-// while the others wait, and a stopping gateway ends the waiting ones.
+// while the others wait, a take that does not wait is not, and a stopping
+// gateway ends the waiting ones.
 func TestTooManyWaitingTakes(t *testing.T) {
 	f := newFixture(t, &gateway.Config{MaxWaiting: 1})
 	waited := make(chan int, 1)
@@ -409,14 +410,17 @@ func TestTooManyWaitingTakes(t *testing.T) {
 		waited <- code
 	}()
 	deadline := time.Now().Add(mschedulertest.WaitTimeout)
-	for {
-		code, out := f.call("POST", "/take", "", map[string]any{"executor": "e2", "wait_ms": 0})
-		if code == 429 {
-			break
+	for gateway.Waiting(f.gw) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first take never waited")
 		}
-		if code != 200 || time.Now().After(deadline) {
-			t.Fatalf("a take beside a waiting one: %d %v, want 429 once the first waits", code, out)
-		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if code, out := f.call("POST", "/take", "", map[string]any{"executor": "e2", "wait_ms": 1000}); code != 429 {
+		t.Fatalf("a take that would wait beside a waiting one: %d %v, want 429", code, out)
+	}
+	if code, out := f.call("POST", "/take", "", map[string]any{"executor": "e3", "wait_ms": 0}); code != 200 {
+		t.Fatalf("a take that does not wait, beside a waiting one: %d %v, want 200", code, out)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -553,5 +557,24 @@ func TestRunEndingInItsRetryDelayIsNotOwed(t *testing.T) {
 			t.Fatalf("demand %d 30 s after the run was cancelled in its retry delay, want 0; task %v", gateway.Demand(f.gw, f.coll.Name(), nil), f.doc("r"))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestStartedPoolServesAnEndedRequest: once a collection's pool is
+// started, a take whose request already ended (its server shutting down)
+// is served by it, to answer with no run; it used to get a 503 at random,
+// as a select chose between the pool being ready and the request ending.
+func TestStartedPoolServesAnEndedRequest(t *testing.T) {
+	f := newFixture(t, nil)
+	f.publish(map[string]any{"key": "k"})
+	if runs := f.take("e", "s", 1); len(runs) != 1 {
+		t.Fatalf("took %d runs, want 1", len(runs))
+	}
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	for i := range 64 {
+		if !gateway.PoolServed(ended, f.gw, f.coll.Name()) {
+			t.Fatalf("try %d: the started pool refused a request that had ended", i)
+		}
 	}
 }

@@ -86,6 +86,14 @@ func (g *Gateway) poolOf(ctx context.Context, coll string, groups []string) (*po
 		}
 		close(e.done)
 	}
+	// A pool already started is served whatever ctx: a take that its
+	// server's shutdown ended answers with no run, not an error, and a
+	// select on both would pick either at random.
+	select {
+	case <-e.done:
+		return e.p, e.err
+	default:
+	}
 	select {
 	case <-e.done:
 		return e.p, e.err

@@ -73,11 +73,17 @@ func (g *Gateway) takeRuns(w http.ResponseWriter, r *http.Request, c caller) err
 		return aerr
 	}
 	if len(runs) == 0 {
-		if !g.enterWait() {
+		// A take that does not wait holds no waiting place: executors
+		// polling with wait_ms 0 would otherwise take the places of those
+		// that wait, and be refused when they are all held.
+		waits := wait > 0
+		if waits && !g.enterWait() {
 			return &apiError{http.StatusTooManyRequests, "", fmt.Sprintf("%d takes wait already (MaxWaiting): take again later", g.cfg.MaxWaiting)}
 		}
 		runs = p.take(r.Context(), ex, in.Session, n, wait)
-		g.leaveWait()
+		if waits {
+			g.leaveWait()
+		}
 	}
 	if ctx := r.Context(); ctx.Err() != nil && !errors.Is(context.Cause(ctx), errShutdown) { // the taker went away: its runs go back, unrun
 		for _, run := range runs {
