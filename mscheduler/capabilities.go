@@ -4,7 +4,3 @@ import "github.com/mscheduler/mscheduler/mscheduler/internal/query"
 
 // codeNotImplemented is the server error code for a feature it lacks.
 const codeNotImplemented = query.CodeNotImplemented
-
-// capabilities remembers optional server features found missing (see
-// query.Caps).
-type capabilities = query.Caps

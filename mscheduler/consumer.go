@@ -3,32 +3,16 @@ package mscheduler
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/engine"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
-	"golang.org/x/sync/errgroup"
-	"golang.org/x/sync/semaphore"
-
-	"github.com/mscheduler/mscheduler/mscheduler/internal/history"
-	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
-	"github.com/mscheduler/mscheduler/mscheduler/internal/localwake"
-	"github.com/mscheduler/mscheduler/mscheduler/internal/peers"
-	"github.com/mscheduler/mscheduler/mscheduler/internal/pressure"
-	"github.com/mscheduler/mscheduler/mscheduler/internal/retry"
-	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
-	"github.com/mscheduler/mscheduler/mscheduler/internal/upkeep"
-	"github.com/mscheduler/mscheduler/mscheduler/internal/watch"
 )
 
 // Handler executes one run of a task. It returns the run's result, stored in
@@ -68,6 +52,13 @@ const (
 	// DiscoveryChangeStream requires a change stream; Start fails without one.
 	DiscoveryChangeStream Discovery = "change_stream"
 )
+
+// PollBudgetDefault is the default ConsumerConfig.PollBudget.
+const PollBudgetDefault = 2
+
+// NoPollBudget, as ConsumerConfig.PollBudget, has every consumer poll and
+// sweep at its own intervals however many there are.
+const NoPollBudget = engine.NoPollBudget
 
 // Defaults of ConsumerConfig.
 const (
@@ -437,85 +428,7 @@ func (c *ConsumerConfig) validate() error {
 // each claimed task's params into P for the handler and encodes its R. The
 // HTTP gateway is the engine's other front end (worker/gateway).
 type Consumer[P, R any] struct {
-	*engine
-}
-
-// engine claims, leases and executes runs, and writes their ends: the
-// Consumer, with params and results as BSON. Its prepare, set by the typed
-// layer, turns a claimed task into the call of its handler.
-type engine struct {
-	coll        *mongo.Collection
-	prepareCall prepareFunc
-	cfg         *ConsumerConfig
-	clock       *serverClock
-	log         *slog.Logger
-
-	slots *semaphore.Weighted // one unit per run, from its claim until its end is written
-	// held counts the slots taken: raised by the claim loop, lowered by
-	// it (slots given back) and by each run as its end is written.
-	held atomic.Int64
-	// ending counts the runs whose handler is done and whose end is being
-	// written: their slots free soon. Raised and lowered by each run.
-	ending atomic.Int64
-	// backlog is the claim loop's claimState.backlog, for the historian.
-	backlog atomic.Bool
-	running sync.WaitGroup // run goroutines
-	pinger  *lease.Pinger
-	ends    *runend.Batcher // nil when run ends are written alone
-	history *history.Historian
-	upkeep  *upkeep.Worker // the quarantine, sweeps, the check and maintenance
-	peers   *peers.Registry
-	wakeCh  chan struct{} // buffered 1: something may have become claimable
-	// slotFreed, buffered 1: a run is over, its slot free (see
-	// slotFreedWake).
-	slotFreed chan struct{}
-
-	// leader says this consumer held the maintenance lease at its last
-	// try; written by the upkeep loop, read by anyone.
-	leader atomic.Bool
-	// peerView is the last announce's view of the consumers alive
-	// (nil before the first); see view.
-	peerView atomic.Pointer[peerView]
-	// reannounce, buffered 1: the claim loop asks the upkeep loop for an
-	// announce soon.
-	reannounce chan struct{}
-
-	// limiter turns the server's latency into a limit on the runs held;
-	// retries is the budget of commands sent again after a failure. Both
-	// are fed by every component, read by the claim loop and Pressure.
-	limiter *pressure.Limiter
-	retries *retry.Budget
-
-	// abandoned counts handler goroutines given up on and still running:
-	// raised by the run that abandons one, lowered by the goroutine itself.
-	abandoned atomic.Int64
-
-	// fetchCtx stops the claim loop, the upkeep loop and the watcher; workCtx cancels
-	// handlers; pingCtx stops the pinger, last, once no run is left; endCtx
-	// gives up run ends still being written when Stop has waited enough.
-	// All are set by Start and never change after.
-	fetchCtx    context.Context
-	fetchCancel context.CancelFunc
-	workCtx     context.Context
-	workCancel  context.CancelCauseFunc
-	pingCtx     context.Context
-	pingCancel  context.CancelFunc
-	endCtx      context.Context
-	endCancel   context.CancelFunc
-	histCancel  context.CancelFunc // stops the historian, after the last run end
-	loops       sync.WaitGroup     // claim loop, watcher, pinger
-
-	lifeMu  sync.Mutex // guards started, stopped and unsubscribe
-	started bool
-	stopped bool
-	// unsubscribe ends the wakes from producers of this process (set by
-	// Start, called by stop).
-	unsubscribe func()
-	stopOnce    sync.Once
-	stopErr     error
-
-	stream *watch.Stream // the change stream, when the server has one
-	caps   capabilities
+	eng *engine.Engine
 }
 
 // NewConsumer returns a consumer of coll that runs handler. It does no I/O.
@@ -523,20 +436,6 @@ func NewConsumer[P, R any](coll *mongo.Collection, handler Handler[P, R], cfg *C
 	if handler == nil {
 		return nil, invalid("handler", "must not be nil")
 	}
-	var middleware []Middleware
-	if cfg != nil {
-		middleware = cfg.Middleware
-	}
-	e, err := newEngine(coll, typedPrepare(handler, middleware), cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &Consumer[P, R]{engine: e}, nil
-}
-
-// newEngine returns the engine of a consumer of coll, whose claimed tasks
-// prepare turns into handler calls. It does no I/O.
-func newEngine(coll *mongo.Collection, prepare prepareFunc, cfg *ConsumerConfig) (*engine, error) {
 	if coll == nil {
 		return nil, invalid("coll", "must not be nil")
 	}
@@ -544,160 +443,43 @@ func newEngine(coll *mongo.Collection, prepare prepareFunc, cfg *ConsumerConfig)
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	con := &engine{
-		// Claims, run ends and pings read what they just wrote: only the
-		// primary has it for sure.
-		coll:        coll.Clone(options.Collection().SetWriteConcern(c.WriteConcern).SetReadPreference(readpref.Primary())),
-		prepareCall: prepare,
-		cfg:         c,
-		clock:       newServerClock(c.Clock, c.Monotonic, c.ClockSyncInterval),
-		log:         c.Logger.With("worker_id", c.WorkerID, "collection", coll.Name()),
-		slots:       semaphore.NewWeighted(int64(c.Capacity)),
-		wakeCh:      make(chan struct{}, 1),
-		slotFreed:   make(chan struct{}, 1),
-		reannounce:  make(chan struct{}, 1),
-	}
-	mono := monotonicNow(c.Monotonic)
-	con.limiter = pressure.New(c.Capacity, mono, con.pressureChanged)
-	con.retries = retry.NewBudget(mono)
-	con.pinger = lease.New(con.coll, c.WorkerID, c.Groups, con.clock, lease.Notify{
-		Renewed:    func(r *lease.Run) { con.emit(Event{Kind: EventRenewed, Key: r.Key, RunID: r.RunID}) },
-		PingFailed: func(r *lease.Run, err error) { con.emit(Event{Kind: EventError, Key: r.Key, RunID: r.RunID, Err: err}) },
-	}, lease.Causes{Cancelled: ErrCancelled, Revoked: ErrRevoked, LeaseLost: ErrLeaseLost}, con.log, &con.caps, c.PingBatchMax)
-	con.pinger.Use(con.retries, con.limiter.Observe)
-	if c.EndBatchMax > 1 {
-		con.ends = runend.NewBatcher(con.coll, c.WorkerID, c.EndBatchMax, c.EndBatchWindow, con.Running)
-	}
-	var carrier history.Carrier // not a nil *runend.Batcher: that is no nil Carrier
-	if con.ends != nil {
-		carrier = con.ends
-	}
-	con.history = history.NewHistorian(con.coll, c.Retention.policy(), c.WriteTimeout, con.log, func(err error) {
-		con.log.Warn("run history not written yet; the maintenance pass will", "error", err)
-		con.emit(Event{Kind: EventError, Err: err})
-	}, carrier, con.busy)
-	con.stream = &watch.Stream{Coll: con.coll, Wake: con.wake, Cancel: con.cancelRuns, Error: con.loopError}
-	con.peers = &peers.Registry{Meta: metaCollection(con.coll), WorkerID: c.WorkerID, Groups: c.Groups, Log: con.log}
-	con.upkeep = &upkeep.Worker{
-		Coll: con.coll, ID: c.WorkerID, Clock: con.clock, RunsKept: c.RunsKept, Retention: c.Retention.policy(),
-		History: con.history, Log: con.log, Inspect: inspect, Advance: newPlanAdvance,
-		Report: upkeep.Report{
-			Invalid: func(key, runID, workerID string, err error) {
-				con.emit(Event{Kind: EventInvalid, Key: key, RunID: runID, WorkerID: workerID, Err: err})
-			},
-			Expired: func(key, runID, workerID string) {
-				localwake.Ended(con.coll, key)
-				con.emit(Event{Kind: EventExpired, Key: key, RunID: runID, WorkerID: workerID})
-			},
-			Error: func(err error) {
-				ctx := con.fetchCtx // set by Start; a worker driven step by step has none
-				if ctx == nil {
-					ctx = context.Background()
-				}
-				con.loopError(ctx, err)
-			},
-			Wake: con.wake,
-		},
-	}
-	return con, nil
+	return &Consumer[P, R]{eng: engine.New(coll, c.engineConfig(typedPrepare(handler, c.Middleware)))}, nil
 }
 
-// busy says runs are going, or the last claim left work waiting: either
-// way a batch of run ends is on its way.
-func (c *engine) busy() bool { return c.Running() > 0 || c.backlog.Load() }
+// engineConfig is the configuration the engine runs, c's defaults
+// applied and checked; prepare is the typed layer's.
+func (c *ConsumerConfig) engineConfig(prepare engine.PrepareFunc) *engine.Config {
+	return &engine.Config{
+		WorkerID: c.WorkerID, Groups: c.Groups, Capacity: c.Capacity, Timeout: c.Timeout,
+		Logger: c.Logger, OnEvent: c.OnEvent, ClaimDemand: c.ClaimDemand,
+		Discovery: engine.Discovery(c.Discovery), PollInterval: c.PollInterval,
+		ChangeStreamPollInterval: c.ChangeStreamPollInterval, SweepInterval: c.SweepInterval,
+		PollBudget: c.PollBudget, ClaimBatchMax: c.ClaimBatchMax, ClaimBatchWindow: c.ClaimBatchWindow,
+		ClaimSpareFor: c.ClaimSpareFor, TargetedClaims: c.TargetedClaims, PingBatchMax: c.PingBatchMax,
+		EndBatchMax: c.EndBatchMax, EndBatchWindow: c.EndBatchWindow, ReleaseTimeout: c.ReleaseTimeout,
+		TimeoutGrace: c.TimeoutGrace, WriteTimeout: c.WriteTimeout, RunsKept: c.RunsKept,
+		MaxResultBytes: c.MaxResultBytes, MaxErrorBytes: c.MaxErrorBytes, Retention: c.Retention.policy(),
+		MaintenanceInterval: c.MaintenanceInterval, CheckInterval: c.CheckInterval,
+		WriteConcern: c.WriteConcern, Clock: c.Clock, Monotonic: c.Monotonic, ClockSyncInterval: c.ClockSyncInterval,
+		Prepare:   prepare,
+		Documents: documents,
+	}
+}
 
-// WorkerID is the id this consumer claims runs under.
-func (c *engine) WorkerID() string { return c.cfg.WorkerID }
-
-// ClockOffset is the last measured offset of the server's clock from the
-// local one.
-func (c *engine) ClockOffset() time.Duration { return c.clock.Offset() }
+// documents is what the engine asks of this package about task documents.
+var documents = engine.Documents{
+	Inspect:      inspectTask,
+	Advance:      newPlanAdvance,
+	FirstStart:   firstStartStep,
+	EnsureSchema: ensureSchema,
+}
 
 // Start checks the collection's schema version (see [EnsureIndexes]: a
 // newer one is refused, an older one migrated), measures the server clock,
-// opens the change stream if the server
-// has one, and starts claiming in the background. ctx bounds only this
-// start-up; the consumer runs until Stop.
-func (c *engine) Start(ctx context.Context) error {
-	c.lifeMu.Lock()
-	defer c.lifeMu.Unlock()
-	switch {
-	case c.stopped:
-		return ErrStopped
-	case c.started:
-		return errors.New("mscheduler: consumer already started")
-	}
-	c.fetchCtx, c.fetchCancel = context.WithCancel(context.Background())
-	c.workCtx, c.workCancel = context.WithCancelCause(context.Background())
-	c.pingCtx, c.pingCancel = context.WithCancel(context.Background())
-	c.endCtx, c.endCancel = context.WithCancel(context.Background())
-	up := &upkeepState{}
-	stream, err := c.prepare(ctx, up)
-	if err != nil {
-		c.fetchCancel()
-		c.workCancel(err)
-		c.pingCancel()
-		c.endCancel()
-		return err
-	}
-	histCtx, histCancel := context.WithCancel(context.Background())
-	c.histCancel = histCancel
-	c.started = true
-	c.unsubscribe = localwake.AddConsumer(c.coll, &localwake.Consumer{Wake: c.wakeCh, Cancel: c.cancelRuns})
-	c.loops.Add(4)
-	go func() { defer c.loops.Done(); c.pinger.Loop(c.pingCtx) }()
-	go func() { defer c.loops.Done(); c.history.Loop(histCtx) }()
-	go func() { defer c.loops.Done(); c.claimLoop(c.fetchCtx) }()
-	go func() { defer c.loops.Done(); c.upkeepLoop(c.fetchCtx, up) }()
-	if c.ends != nil {
-		c.loops.Add(1)
-		go func() { defer c.loops.Done(); c.ends.Loop(c.endCtx) }()
-	}
-	if stream != nil {
-		c.loops.Add(1)
-		go func() { defer c.loops.Done(); c.stream.Loop(c.fetchCtx, stream) }()
-	}
-	return nil
-}
-
-// prepare does what Start must do before claims, its commands at once, so
-// that on a slow server a start costs two round trips, not five: it
-// measures the server clock, then announces the consumer (with the
-// server's time); it checks the schema; it opens the change stream. The
-// first announce failing is no error: the upkeep loop tries again.
-func (c *engine) prepare(ctx context.Context, up *upkeepState) (*mongo.ChangeStream, error) {
-	var g errgroup.Group
-	g.Go(func() error {
-		if err := c.clock.Ensure(ctx, c.coll.Database()); err != nil {
-			return err
-		}
-		if err := c.announce(ctx, up); err != nil {
-			c.log.Warn("could not announce the consumer; trying again soon", "error", err)
-			return nil
-		}
-		up.announceAt = c.clock.Now().Add(jitter(min(c.cfg.MaintenanceInterval, announceSoon)))
-		return nil
-	})
-	g.Go(func() error { return ensureSchema(ctx, c.coll, c.log) })
-	g.Go(func() error {
-		if err := c.caps.Probe(ctx, c.coll); err != nil {
-			c.log.Debug("could not learn whether the server takes a projection on findAndModify", "error", err)
-		}
-		return nil
-	})
-	var stream *mongo.ChangeStream
-	g.Go(func() (err error) {
-		stream, err = c.openStream(ctx)
-		return err
-	})
-	c.warmPool(ctx, &g, 4)
-	err := g.Wait()
-	if err != nil && stream != nil {
-		_ = stream.Close(context.Background())
-		c.stream.Closed()
-	}
-	return stream, err
-}
+// opens the change stream if the server has one, and starts claiming in
+// the background. ctx bounds only this start-up; the consumer runs until
+// Stop.
+func (c *Consumer[P, R]) Start(ctx context.Context) error { return c.eng.Start(ctx) }
 
 // Stop stops claiming, waits for running handlers until ctx is done, then
 // cancels them (cause [ErrShutdown]) and releases their runs so that other
@@ -707,107 +489,40 @@ func (c *engine) prepare(ctx context.Context, up *upkeepState) (*mongo.ChangeStr
 // Leases are kept all along: the pinger stops last, once every run's end is
 // written, Stop waiting at most WriteTimeout for end writes still going.
 // Stop is idempotent and safe to call before Start.
-func (c *engine) Stop(ctx context.Context) error {
-	c.stopOnce.Do(func() { c.stopErr = c.stop(ctx) })
-	return c.stopErr
-}
+func (c *Consumer[P, R]) Stop(ctx context.Context) error { return c.eng.Stop(ctx) }
 
-func (c *engine) stop(ctx context.Context) error {
-	c.lifeMu.Lock()
-	c.stopped = true
-	started := c.started
-	c.lifeMu.Unlock()
-	if !started {
-		return nil
-	}
-	c.unsubscribe()
-	c.fetchCancel()
-	if err := c.slots.Acquire(ctx, int64(c.cfg.Capacity)); err != nil {
-		c.workCancel(ErrShutdown)
-		grace, cancel := context.WithTimeout(context.Background(), c.cfg.ReleaseTimeout)
-		err = c.slots.Acquire(grace, int64(c.cfg.Capacity))
-		cancel()
-		if err != nil {
-			c.releaseAbandoned()
-		}
-	}
-	c.awaitRuns(c.cfg.WriteTimeout)
-	c.endCancel()
-	c.workCancel(ErrShutdown)
-	c.pingCancel()
-	c.histCancel()
-	c.loops.Wait()
-	c.leave()
-	return nil
-}
+// WorkerID is the id this consumer claims runs under.
+func (c *Consumer[P, R]) WorkerID() string { return c.eng.WorkerID() }
 
-// leave removes this consumer from the consumers alive, so that the
-// others poll at their share again at once, not after it lapses.
-func (c *engine) leave() {
-	ctx, cancel := retry.Bounded(context.Background(), min(c.cfg.WriteTimeout, time.Second), errWriteTimeout)
-	defer cancel()
-	if err := c.peers.Forget(ctx, []string{c.cfg.WorkerID}, nil); err != nil {
-		c.log.Debug("could not leave the consumers alive; the entry lapses", "error", err)
-	}
-}
-
-// awaitRuns waits up to limit for the run goroutines still going: ones
-// whose end is being written, or whose handler was abandoned (they write
-// nothing once Stop released their run).
-func (c *engine) awaitRuns(limit time.Duration) {
-	done := make(chan struct{})
-	go func() { c.running.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(limit):
-		c.log.Warn("stopping with run ends still being written; their leases will lapse", "waited", limit)
-	}
-}
+// ClockOffset is the last measured offset of the server's clock from the
+// local one.
+func (c *Consumer[P, R]) ClockOffset() time.Duration { return c.eng.ClockOffset() }
 
 // Running is the number of runs this consumer holds now.
-func (c *engine) Running() int {
-	return c.pinger.Len()
-}
+func (c *Consumer[P, R]) Running() int { return c.eng.Running() }
 
 // Capacity is the most runs this consumer holds at once.
-func (c *engine) Capacity() int { return c.cfg.Capacity }
+func (c *Consumer[P, R]) Capacity() int { return c.eng.Capacity() }
 
-// cancelRuns cancels this consumer's runs of the task key (it was
-// cancelled); their ends are recorded as cancelled.
-func (c *engine) cancelRuns(key string) {
-	for _, r := range c.pinger.Snapshot() {
-		if r.Key == key {
-			lease.CancelRun(r, ErrCancelled)
-		}
-	}
-}
-
-// wake tells the claim loop that a task may have become claimable.
 // Wake makes the consumer look for claimable tasks now, as a change
 // stream event or its own run ends do; with ClaimDemand, call it when the
 // demand rises.
-func (c *engine) Wake() { c.wake() }
+func (c *Consumer[P, R]) Wake() { c.eng.Wake() }
 
-func (c *engine) wake() {
-	select {
-	case c.wakeCh <- struct{}{}:
-	default:
-	}
-}
+// Pressure is what a consumer knows of the server's load, from its own
+// commands: Limit, how many runs it may hold now (Capacity when the server
+// answers as fast as it did, less when it slowed down, 0 while a claim and
+// its first ping would not fit in the shortest lease); Latency, the recent
+// average round trip of its commands, and Baseline, the lowest of the last
+// 30 s; HeldBack, the free slots left unclaimed because of the limit;
+// Retries, the commands sent again after a failure, and RetriesWaited,
+// those of them that waited for the retry budget.
+type Pressure = engine.Pressure
 
-func (c *engine) emit(e Event) {
-	if e.WorkerID == "" {
-		e.WorkerID = c.cfg.WorkerID
-	}
-	if e.At.IsZero() {
-		e.At = c.clock.Now()
-	}
-	if c.cfg.OnEvent != nil {
-		c.cfg.OnEvent(e)
-	}
-}
+// Pressure reports what the consumer knows of the server's load.
+func (c *Consumer[P, R]) Pressure() Pressure { return c.eng.Pressure() }
 
-// writeCtx bounds a write that must happen even while the consumer stops.
-func (c *engine) writeCtx() (context.Context, context.CancelFunc) {
-	return retry.Bounded(context.Background(), c.cfg.WriteTimeout, errWriteTimeout)
-}
+// Abandoned is the number of handler goroutines this consumer gave up on
+// (they ignored their cancelled context) that have not returned yet: a
+// count above zero is a leak to look into.
+func (c *Consumer[P, R]) Abandoned() int { return c.eng.Abandoned() }

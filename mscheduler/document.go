@@ -10,11 +10,10 @@ import (
 // every change of a task's state is internal/taskstate's. These names keep
 // the public package's code short.
 type (
-	taskDoc     = stored.Task
-	holder      = stored.Holder
-	runRecord   = stored.RunRecord
-	planDoc     = stored.Plan
-	invalidNote = stored.InvalidNote
+	taskDoc   = stored.Task
+	holder    = stored.Holder
+	runRecord = stored.RunRecord
+	planDoc   = stored.Plan
 )
 
 const (

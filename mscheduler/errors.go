@@ -3,6 +3,8 @@ package mscheduler
 import (
 	"errors"
 	"fmt"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/engine"
 )
 
 var (
@@ -13,27 +15,27 @@ var (
 	// ErrLeaseLost is the cause of a handler's context cancellation when its
 	// run was taken away: a ping matched nothing, or pings failed until the
 	// lease lapsed. Nothing more is written about such a run.
-	ErrLeaseLost = errors.New("mscheduler: lease lost")
+	ErrLeaseLost = engine.ErrLeaseLost
 	// ErrShutdown is the cause of a handler's context cancellation when the
 	// consumer stops and its deadline has passed; the run is released.
-	ErrShutdown = errors.New("mscheduler: consumer shutting down")
+	ErrShutdown = engine.ErrShutdown
 	// ErrRevoked is the cause of a handler's context cancellation when the
 	// task's worker_ids or group changed so that this worker may no longer
 	// run it; the run is recorded as revoked.
-	ErrRevoked = errors.New("mscheduler: run revoked: this worker is no longer allowed to run the task")
+	ErrRevoked = engine.ErrRevoked
 	// ErrCancelled is the cause of a handler's context cancellation when
 	// its task was cancelled (Producer.Cancel); the run is recorded as
 	// cancelled.
-	ErrCancelled = errors.New("mscheduler: task cancelled")
+	ErrCancelled = engine.ErrCancelled
 	// ErrTimeout is matched by the error of a handler attempt that ran past
 	// the task's Timeout; the error says "handler timed out after ...".
-	ErrTimeout = errors.New("mscheduler: handler timed out")
+	ErrTimeout = engine.ErrTimeout
 	// ErrStopped is returned by Start on a consumer that was stopped.
-	ErrStopped = errors.New("mscheduler: consumer stopped")
+	ErrStopped = engine.ErrStopped
 	// ErrRelease, returned by a handler (wrapped or not), gives its run back
 	// unrun: it is recorded released, not failed, and not retried locally,
 	// and its task may be claimed again at once, by any worker.
-	ErrRelease = errors.New("mscheduler: run released by its handler")
+	ErrRelease = engine.ErrRelease
 )
 
 // InvalidError reports input that was refused before anything was written.
@@ -66,17 +68,7 @@ func (e *PanicError) Error() string {
 
 // SkipRetry wraps err so that the run fails at once, without local retries.
 // Use it for errors that a retry cannot fix.
-func SkipRetry(err error) error { return &skipRetryError{err: err} }
-
-type skipRetryError struct{ err error }
-
-func (e *skipRetryError) Error() string { return e.err.Error() }
-func (e *skipRetryError) Unwrap() error { return e.err }
-
-func isSkipRetry(err error) bool {
-	var s *skipRetryError
-	return errors.As(err, &s) || errors.Is(err, ErrRelease)
-}
+func SkipRetry(err error) error { return engine.SkipRetry(err) }
 
 // ErrNotApplicable is matched (with errors.Is) by every *ActionError.
 var ErrNotApplicable = errors.New("mscheduler: action does not apply")

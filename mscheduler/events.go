@@ -1,70 +1,59 @@
 package mscheduler
 
-import "time"
+import "github.com/mscheduler/mscheduler/mscheduler/internal/engine"
 
 // EventKind names what happened in a consumer.
-type EventKind string
+type EventKind = engine.EventKind
 
 const (
 	// EventClaimed: the worker claimed a run of a task.
-	EventClaimed EventKind = "claimed"
+	EventClaimed = engine.EventClaimed
 	// EventRetried: a handler call failed and will be retried locally.
-	EventRetried EventKind = "retried"
+	EventRetried = engine.EventRetried
 	// EventSucceeded: a run succeeded and was recorded.
-	EventSucceeded EventKind = "succeeded"
+	EventSucceeded = engine.EventSucceeded
 	// EventFailed: a run failed after its local retries and was recorded.
-	EventFailed EventKind = "failed"
+	EventFailed = engine.EventFailed
 	// EventExpired: this worker found another worker's run with a lapsed
 	// lease, recorded it as expired and freed its slot.
-	EventExpired EventKind = "expired"
+	EventExpired = engine.EventExpired
 	// EventReleased: the worker gave a run back on shutdown.
-	EventReleased EventKind = "released"
+	EventReleased = engine.EventReleased
 	// EventRenewed: a ping renewed the lease of one of this worker's runs.
-	EventRenewed EventKind = "renewed"
+	EventRenewed = engine.EventRenewed
 	// EventLeaseLost: a run was taken away from this worker; its handler was
 	// cancelled and nothing more was written about it.
-	EventLeaseLost EventKind = "lease_lost"
+	EventLeaseLost = engine.EventLeaseLost
 	// EventRevoked: a run was cancelled because its task no longer allows
 	// this worker, and recorded as revoked.
-	EventRevoked EventKind = "revoked"
+	EventRevoked = engine.EventRevoked
 	// EventCancelled: a run was cancelled because its task was cancelled,
 	// and recorded as cancelled.
-	EventCancelled EventKind = "cancelled"
+	EventCancelled = engine.EventCancelled
 	// EventAbandoned: a handler ignored its cancelled context for longer than
 	// TimeoutGrace; its run was failed and its goroutine left behind (see
 	// Consumer.Abandoned).
-	EventAbandoned EventKind = "abandoned"
+	EventAbandoned = engine.EventAbandoned
 	// EventSkipped: planned times of a task were skipped at the start of an
 	// occurrence (Event.Skipped says how many), under its plan's missed-run
 	// policy or pending skips.
-	EventSkipped EventKind = "skipped"
+	EventSkipped = engine.EventSkipped
 	// EventInvalid: a task's document was found unusable (a field of the
 	// wrong type, a missing or unknown status, ...) and set to
 	// StatusInvalid; Err names the key and the field. Reported once per
 	// task, by the worker that found it.
-	EventInvalid EventKind = "invalid"
+	EventInvalid = engine.EventInvalid
 	// EventError: a background operation failed (a claim, a ping, a write);
 	// the consumer keeps going.
-	EventError EventKind = "error"
+	EventError = engine.EventError
 )
 
-// Event is reported to ConsumerConfig.OnEvent.
-type Event struct {
-	Kind     EventKind
-	Key      string // the task's key, when the event is about a task
-	RunID    string
-	WorkerID string // the worker the run belongs to
-	Attempt  int    // local attempts made, for run events
-	Err      error  // the handler's or the operation's error, if any
-	Skipped  int    // planned times skipped, for EventSkipped
-	// Planned is the planned time of the run's occurrence, for run events
-	// of a task with a plan.
-	Planned time.Time
-	At      time.Time
-	// Duration is, for the end of a run (succeeded, failed, released,
-	// revoked, cancelled), the time from the run's claim to its end.
-	Duration time.Duration
-	// Latency is the round trip of the command behind the event: the claim
-	// for claimed, the write that ended the run for its end.
-	Latency time.Duration
-}
+// Event is reported to ConsumerConfig.OnEvent: Kind, the task's Key and
+// the RunID when it is about a task or a run, the WorkerID the run belongs
+// to, the local Attempt for run events, Err (the handler's or the
+// operation's error), Skipped (planned times skipped, for EventSkipped),
+// Planned (the planned time of the run's occurrence, for a task with a
+// plan), At, Duration (for the end of a run, from its claim to its end)
+// and Latency (the round trip of the command behind the event: the claim
+// for claimed, the write that ended the run for its end).
+type Event = engine.Event

@@ -9,11 +9,10 @@ import (
 	"os"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/engine"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
-	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
 )
 
 // Worker drives one consumer's machinery a step at a time, with no
@@ -23,8 +22,7 @@ import (
 // short sequence of them.
 type Worker struct {
 	c    *Consumer[map[string]any, struct{}]
-	st   *claimState
-	up   *upkeepState
+	s    *engine.Stepper
 	runs map[string]*lease.Run // by run id
 
 	// behaviour is what the handler does at each attempt of Execute, and
@@ -70,13 +68,11 @@ func NewWorker(ctx context.Context, coll *mongo.Collection, id string, wall func
 	if err != nil {
 		return nil, err
 	}
-	c.endCtx, c.workCtx = context.Background(), context.Background()
-	if err := c.clock.Ensure(ctx, coll.Database()); err != nil {
+	s, err := engine.NewStepper(ctx, c.eng)
+	if err != nil {
 		return nil, err
 	}
-	// One consumer among one: its batch claims take candidates in claim
-	// order, not from a random place, so that a sequence replays.
-	w.c, w.st, w.up, w.runs = c, &claimState{peers: 1}, &upkeepState{}, map[string]*lease.Run{}
+	w.c, w.s, w.runs = c, s, map[string]*lease.Run{}
 	return w, nil
 }
 
@@ -84,56 +80,40 @@ func NewWorker(ctx context.Context, coll *mongo.Collection, id string, wall func
 // does, from one measurement: the test's model then has one time.
 func ShareClock[P any](like *Worker, p *Producer[P], ws ...*Worker) {
 	for _, w := range ws {
-		w.c.clock.Share(like.c.clock)
+		w.s.Clock().Share(like.s.Clock())
 	}
 	if p != nil {
-		p.clock.Share(like.c.clock)
+		p.clock.Share(like.s.Clock())
 	}
 }
 
 // Now is the worker's estimate of the server's time.
-func (w *Worker) Now() time.Time { return w.c.clock.Now() }
+func (w *Worker) Now() time.Time { return w.s.Clock().Now() }
 
 // Claim claims one slot of the best claimable task, as a consumer with one
 // free slot does (a findAndModify), and admits it as the consumer would:
 // a task that cannot run as stored is set invalid, and a plan's gate may
 // give the slot back. It returns the run started, if one was.
 func (w *Worker) Claim(ctx context.Context) (*WorkerRun, error) {
-	raw, runID, err := w.c.claimOne(ctx, w.st)
-	if err != nil || raw == nil {
+	r, err := w.s.Claim(ctx)
+	if err != nil || r == nil {
 		return nil, err
 	}
-	return w.admit(raw, runID), nil
+	return w.hold(r), nil
 }
 
 // ClaimBatch claims up to k slots with a batch claim (the candidate query,
 // one update of a statement each, and the read back when needed).
 func (w *Worker) ClaimBatch(ctx context.Context, k int) ([]WorkerRun, error) {
-	w.st.backlog = true
-	won, _, err := w.c.claimBatch(ctx, w.st, k)
+	rs, err := w.s.ClaimBatch(ctx, k)
 	var out []WorkerRun
-	for _, cl := range won {
-		if r := w.admit(cl.raw, cl.runID); r != nil {
-			out = append(out, *r)
-		}
+	for _, r := range rs {
+		out = append(out, *w.hold(r))
 	}
 	return out, err
 }
 
-func (w *Worker) admit(raw bson.Raw, runID string) *WorkerRun {
-	doc, _, _, prob := w.c.decodeClaimed(raw)
-	if prob != nil {
-		w.c.quarantineClaimed(raw, runID, prob)
-		return nil
-	}
-	w.st.leases.observe(fromMS(doc.WorkerTimeoutMS))
-	if !w.c.planGate(doc) {
-		return nil
-	}
-	h := doc.Holders[w.c.cfg.WorkerID]
-	r := &lease.Run{Key: doc.Key, ID: doc.RawID, RunID: h.Run, Started: h.Started, Doc: doc, SoleHolder: doc.Running == 1,
-		PingInterval: fromMS(doc.PingIntervalMS), WorkerTimeout: fromMS(doc.WorkerTimeoutMS)}
-	r.SetLease(effectiveLease(h, fromMS(doc.WorkerTimeoutMS)))
+func (w *Worker) hold(r *lease.Run) *WorkerRun {
 	w.runs[r.RunID] = r
 	return &WorkerRun{Key: r.Key, RunID: r.RunID, Lease: r.Lease()}
 }
@@ -156,44 +136,18 @@ func (w *Worker) End(ctx context.Context, runID string, outcome Outcome) error {
 		return fmt.Errorf("no run %s", runID)
 	}
 	delete(w.runs, runID)
-	end := w.endOf(r, outcome)
-	err := end.Write(ctx, w.c.coll)
-	switch {
-	case errors.Is(err, runend.ErrGone):
-		return ErrLeaseLost
-	case runend.Unwritable(err):
-		w.c.endUnwritable(r, end, err)
-		return nil
-	}
-	return err
+	return w.s.End(ctx, r, outcome)
 }
 
 // EndTogether writes the ends of several runs of the worker in one batch,
 // as the run-end batcher does; it returns the error of each run's end.
 func (w *Worker) EndTogether(ctx context.Context, runIDs []string, outcomes []Outcome) []error {
-	b := runend.NewBatcher(w.c.coll, w.c.cfg.WorkerID, 64, 0, func() int { return len(w.runs) })
-	ends := make([]*runend.End, len(runIDs))
+	rs := make([]*lease.Run, len(runIDs))
 	for i, id := range runIDs {
-		r := w.runs[id]
+		rs[i] = w.runs[id]
 		delete(w.runs, id)
-		ends[i] = w.endOf(r, outcomes[i])
 	}
-	out := b.WriteTogether(ctx, ends)
-	for i, err := range out {
-		if errors.Is(err, runend.ErrGone) {
-			out[i] = ErrLeaseLost
-		}
-	}
-	return out
-}
-
-func (w *Worker) endOf(r *lease.Run, outcome Outcome) *runend.End {
-	end := w.c.newRunEnd(r, 1)
-	end.Record.Outcome = outcome
-	if outcome != OutcomeSucceeded {
-		end.Record.Error = "ended " + string(outcome) + " by the test"
-	}
-	return end
+	return w.s.EndTogether(ctx, rs, outcomes, func() int { return len(w.runs) })
 }
 
 // Execute runs the run's handler as the consumer does, with its local
@@ -207,17 +161,10 @@ func (w *Worker) Execute(ctx context.Context, runID, behaviour string) error {
 		return fmt.Errorf("no run %s", runID)
 	}
 	delete(w.runs, runID)
-	h := r.Doc.Holders[w.c.cfg.WorkerID]
-	run := &Run{ID: r.RunID, WorkerID: w.c.cfg.WorkerID, StartedAt: h.Started}
-	call, err := w.c.prepareCall(r.Doc, run)
-	if err != nil {
+	w.behaviour = behaviour
+	if err := w.s.Execute(ctx, r); err != nil {
 		return err
 	}
-	rctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	r.Cancel = cancel
-	w.behaviour = behaviour
-	w.c.execute(rctx, r, &job{run: run, call: call})
 	if w.lost[runID] {
 		return ErrLeaseLost
 	}
@@ -231,18 +178,11 @@ func (w *Worker) Ping(ctx context.Context, runID string) (bool, error) {
 	if !ok {
 		return false, fmt.Errorf("no run %s", runID)
 	}
-	lease := w.Now().Add(r.WorkerTimeout)
-	reply, err := w.c.pinger.Renew(ctx, r, lease, 1, r.SoleHolder)
-	if err != nil {
-		return false, err
-	}
-	if reply == nil {
+	held, err := w.s.Ping(ctx, r)
+	if err == nil && !held {
 		delete(w.runs, runID)
-		return false, nil
 	}
-	r.SetLease(lease)
-	r.SoleHolder = reply.Running == 1
-	return true, nil
+	return held, err
 }
 
 // Die forgets every run of the worker, as a worker killed does: their
@@ -252,21 +192,18 @@ func (w *Worker) Die() { clear(w.runs) }
 // Sweep expires the runs whose lease lapsed, as the upkeep loop's sweep
 // does.
 func (w *Worker) Sweep(ctx context.Context) error {
-	now := w.Now()
-	_, err := w.c.upkeep.Sweep(ctx, &w.up.sweepSkips, now, now)
-	return err
+	return w.s.Sweep(ctx)
 }
 
 // Check runs the periodic check of unclaimable documents once.
 func (w *Worker) Check(ctx context.Context) error {
-	_, err := w.c.upkeep.Check(ctx, w.Now())
-	return err
+	return w.s.Check(ctx)
 }
 
 // Maintain runs one maintenance pass: retention deletes and the history
 // records left unwritten.
 func (w *Worker) Maintain(ctx context.Context) {
-	w.c.upkeep.Maintain(ctx, w.Now(), &w.up.ttl)
+	w.s.Maintain(ctx)
 }
 
 // machineLog discards a worker's logs unless MSCHEDULER_TEST_LOG is set.

@@ -7,9 +7,9 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/claimchoice"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/engine"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/history"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/upkeep"
@@ -139,60 +139,17 @@ func Inspect(raw []byte) (field, reason string) {
 
 // ClaimBothWays claims one slot of the task key for worker "w" with the
 // batch claim's statement fenced on its rev, and returns the task as the
-// server left it and as the claim builds it from the task as read, both
-// without runs. exact says the task could be built at all.
-func ClaimBothWays(ctx context.Context, coll *mongo.Collection, key string) (server, local bson.Raw, exact bool, err error) {
-	noRuns := options.FindOne().SetProjection(bson.D{{Key: fRuns, Value: 0}})
-	before, err := coll.FindOne(ctx, bson.D{{Key: fID, Value: key}}, noRuns).Raw()
-	if err != nil || !taskstate.ExactCandidate(before) {
-		return nil, nil, false, err
-	}
-	c := &engine{cfg: &ConsumerConfig{WorkerID: "w"}}
-	st := &claimState{}
-	st.leases.observe(3 * time.Second)
-	now, runID := time.Now(), newRunID()
-	cd, _ := claimchoice.Of(before)
-	filter := append(c.claimFilterOf(st, cd, now), bson.E{Key: fRev, Value: before.Lookup(fRev)})
-	res, err := coll.UpdateOne(ctx, filter, c.claimUpdate(st, runID, now))
-	if err != nil {
-		return nil, nil, true, err
-	}
-	if res.MatchedCount != 1 {
-		return nil, nil, true, fmt.Errorf("the claim matched %d tasks", res.MatchedCount)
-	}
-	server, err = coll.FindOne(ctx, bson.D{{Key: fID, Value: key}}, noRuns).Raw()
-	if err != nil {
-		return nil, nil, true, err
-	}
-	local, err = taskstate.ClaimedAsRead(before, "w", c.claimHolder(runID, now), now, c.claimExpiry(st, now))
-	return server, local, true, err
-}
+// server left it and as the claim builds it from the task as read.
+var ClaimBothWays = engine.ClaimBothWays
 
 // ReadClaims reads back the runs of worker "w" on the given tasks, as a
-// batch claim does after the server said matched of its statements
-// matched, and returns the keys and run ids found.
-func ReadClaims(ctx context.Context, coll *mongo.Collection, keys, runIDs []string, matched int64) (map[string]string, error) {
-	c := &engine{cfg: &ConsumerConfig{WorkerID: "w"}, coll: coll}
-	chosen := make([]claimchoice.Candidate, len(keys))
-	for i, key := range keys {
-		chosen[i] = claimchoice.Candidate{Key: key, ID: taskstate.KeyID(key)}
-	}
-	won, err := c.readClaims(ctx, chosen, runIDs, matched)
-	out := map[string]string{}
-	for _, cl := range won {
-		out[cl.raw.Lookup(fID).StringValue()] = cl.runID
-	}
-	return out, err
-}
+// batch claim does after the server said how many of its statements
+// matched.
+var ReadClaims = engine.ReadClaims
 
 // CarriedPulls is how many history-mark statements wait to ride with the
 // consumer's next batch of run ends.
-func CarriedPulls[P, R any](c *Consumer[P, R]) int {
-	if c.ends == nil {
-		return 0
-	}
-	return c.ends.Carried()
-}
+func CarriedPulls[P, R any](c *Consumer[P, R]) int { return c.eng.CarriedPulls() }
 
 // SendPullsFor removes the history marks of one run of each key, as the
 // historian does once their records are written.
@@ -209,23 +166,21 @@ func ShareOf(key string, peers int) int { return claimchoice.ShareOf(key, peers)
 
 // CandidateLimit is how many candidates a claim of k slots reads among
 // peers consumers, keeping spares or not.
-func CandidateLimit(k, peers int, spares bool) int { return candidateLimit(k, peers, spares) }
+func CandidateLimit(k, peers int, spares bool) int { return engine.CandidateLimit(k, peers, spares) }
 
 // PassOverMin is the least a consumer leaves a task of another share to
 // its own consumer; ReannounceGap bounds how often lost tasks bring an
 // announce forward; AnnounceSoon bounds the wait for a second announce.
 const (
-	PassOverMin   = passOverMin
-	ReannounceGap = reannounceGap
-	AnnounceSoon  = announceSoon
+	PassOverMin   = engine.PassOverMin
+	ReannounceGap = engine.ReannounceGap
+	AnnounceSoon  = engine.AnnounceSoon
 )
 
 // decodeClaimedAs reads a claimed task as a Consumer of params P of worker
 // workerID does.
 func decodeClaimedAs[P any](raw bson.Raw, workerID string) (*taskDoc, *Run, *problem) {
-	e := &engine{cfg: &ConsumerConfig{WorkerID: workerID}, prepareCall: typedPrepare(func(context.Context, *Task[P]) (struct{}, error) {
+	return engine.DecodeClaimed(raw, workerID, documents, typedPrepare(func(context.Context, *Task[P]) (struct{}, error) {
 		return struct{}{}, nil
-	}, nil)}
-	doc, run, _, prob := e.decodeClaimed(raw)
-	return doc, run, prob
+	}, nil))
 }

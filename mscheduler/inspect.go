@@ -139,7 +139,7 @@ type RunInfo struct {
 func newRunInfo(r runRecord) RunInfo {
 	return RunInfo{
 		RunID: r.RunID, WorkerID: r.WorkerID, Outcome: r.Outcome, Started: r.Started, Finished: r.Finished,
-		LeaseUntil: r.LeaseUntil, Planned: ptrTime(r.Planned), Attempts: r.Attempts, Error: r.Error, Result: r.Result,
+		LeaseUntil: r.LeaseUntil, Planned: stored.TimeOf(r.Planned), Attempts: r.Attempts, Error: r.Error, Result: r.Result,
 	}
 }
 

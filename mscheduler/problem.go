@@ -48,10 +48,3 @@ func planProblem(pl *planDoc) *problem {
 	}
 	return nil
 }
-
-// describeValue shows a stored value briefly, for a message.
-func describeValue(v bson.RawValue) string { return stored.DescribeValue(v) }
-
-// describeID shows a stored task's _id, for logs and messages: the key
-// itself when it is a string.
-func describeID(raw bson.Raw) string { return stored.IDString(raw.Lookup(fID)) }

@@ -1,8 +1,6 @@
 package mscheduler
 
 import (
-	"time"
-
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
@@ -19,9 +17,3 @@ var claimableStatuses = taskstate.ClaimableStatuses
 
 // claimSort is the claim order: higher priority first, then earlier run_at.
 var claimSort = taskstate.ClaimSort
-
-// effectiveLease is when a holder's lease lapses (see
-// taskstate.EffectiveLease).
-func effectiveLease(h holder, workerTimeout time.Duration) time.Time {
-	return taskstate.EffectiveLease(h, workerTimeout)
-}

@@ -3,6 +3,7 @@ package mscheduler
 import (
 	"time"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/engine"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 )
 
@@ -78,7 +79,7 @@ const (
 	// MaxKeyBytes is the longest key accepted.
 	MaxKeyBytes = 1024
 	// RetryDelayMax caps the exponential backoff between local retries.
-	RetryDelayMax = 5 * time.Minute
+	RetryDelayMax = engine.RetryDelayMax
 	// MaxParamsBytes is the largest encoded Params accepted. With the run
 	// records capped (see RunsBudgetBytes), it keeps every task document
 	// below MongoDB's 16 MiB limit.
@@ -169,22 +170,10 @@ type Task[P any] struct {
 	Run *Run
 }
 
-// Run describes one run of a task, as seen by the handler executing it.
-type Run struct {
-	// ID identifies the run; every write about the run is fenced on it.
-	ID string
-	// WorkerID is the worker executing the run.
-	WorkerID string
-	// Attempt is the local attempt number, from 1.
-	Attempt int
-	// StartedAt is when the run was claimed, in server time.
-	StartedAt time.Time
-	// PlannedAt is the planned time of the occurrence the run belongs to,
-	// for a task with a plan; zero otherwise.
-	PlannedAt time.Time
-	// Status, Succeeded and FailedRuns are the task's state right after the
-	// claim.
-	Status     Status
-	Succeeded  int
-	FailedRuns int
-}
+// Run describes one run of a task, as seen by the handler executing it:
+// its ID (every write about the run is fenced on it), the WorkerID
+// executing it, the local Attempt number from 1, StartedAt (when the run
+// was claimed, in server time), PlannedAt (the planned time of the
+// occurrence it belongs to, for a task with a plan; zero otherwise), and
+// the task's Status, Succeeded and FailedRuns right after the claim.
+type Run = engine.Run

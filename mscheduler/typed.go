@@ -5,24 +5,15 @@ import (
 	"fmt"
 	"runtime/debug"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/engine"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
-
-// callFunc runs a claimed task's handler once and returns its result as
-// BSON.
-type callFunc func(ctx context.Context) (bson.RawValue, error)
-
-// prepareFunc turns a claimed task into the call of its handler, or says
-// why the task's params cannot be given to it (the engine sets the task
-// invalid then, naming params). run is the engine's: it sets Attempt
-// before each call, and PlannedAt once the plan gate has passed.
-type prepareFunc func(doc *taskDoc, run *Run) (callFunc, error)
 
 // typedPrepare is the typed layer of a Consumer: it decodes a claimed
 // task's params into P, calls the handler through the middleware, turning
 // a panic into a *PanicError, and encodes its R.
-func typedPrepare[P, R any](handler Handler[P, R], middleware []Middleware) prepareFunc {
-	return func(doc *taskDoc, run *Run) (callFunc, error) {
+func typedPrepare[P, R any](handler Handler[P, R], middleware []Middleware) engine.PrepareFunc {
+	return func(doc *taskDoc, run *Run) (engine.CallFunc, error) {
 		task, err := decodeTask[P](doc)
 		if err != nil {
 			return nil, err

@@ -223,3 +223,11 @@ func FromMS(v int64) time.Duration {
 	}
 	return time.Duration(v) * time.Millisecond
 }
+
+// TimeOf is the time t points to, or the zero time for nil.
+func TimeOf(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}

@@ -1,4 +1,4 @@
-package mscheduler
+package engine
 
 import (
 	"testing"
@@ -13,7 +13,7 @@ import (
 // end free their slots together), but not past the window, and not without
 // work waiting.
 func TestGatheringWaitsForEndingRuns(t *testing.T) {
-	c := &engine{cfg: &ConsumerConfig{Capacity: 16, ClaimBatchMax: 64, ClaimBatchWindow: 5 * time.Millisecond},
+	c := &Engine{cfg: &Config{Capacity: 16, ClaimBatchMax: 64, ClaimBatchWindow: 5 * time.Millisecond},
 		limiter: pressure.New(16, time.Now, nil)}
 	st := &claimState{backlog: true}
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -42,7 +42,7 @@ func TestGatheringWaitsForEndingRuns(t *testing.T) {
 // round trip, within maxGatherWindow: a claim of a few costs a round trip
 // as one of many does.
 func TestGatheringWaitsLongerOnASlowServer(t *testing.T) {
-	c := &engine{cfg: &ConsumerConfig{Capacity: 16, ClaimBatchMax: 64, ClaimBatchWindow: 5 * time.Millisecond},
+	c := &Engine{cfg: &Config{Capacity: 16, ClaimBatchMax: 64, ClaimBatchWindow: 5 * time.Millisecond},
 		limiter: pressure.New(16, time.Now, nil)}
 	c.limiter.Observe(400 * time.Millisecond)
 	st := &claimState{backlog: true}

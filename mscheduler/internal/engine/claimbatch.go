@@ -1,4 +1,4 @@
-package mscheduler
+package engine
 
 import (
 	"cmp"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/claimchoice"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
@@ -46,7 +47,7 @@ func shortestLease(cands []claimchoice.Candidate) time.Duration {
 	out := claimLease
 	for _, cd := range cands {
 		if cd.WorkerTimeoutMS > 0 {
-			out = min(out, fromMS(cd.WorkerTimeoutMS))
+			out = min(out, stored.FromMS(cd.WorkerTimeoutMS))
 		}
 	}
 	return out
@@ -62,7 +63,7 @@ type claimed struct {
 // (see claimchoice.go), or else from candidates read now. It reports the
 // runs won, and whether the candidates ran out (nothing else is claimable
 // now).
-func (c *engine) claimBatch(ctx context.Context, st *claimState, k int) ([]claimed, bool, error) {
+func (c *Engine) claimBatch(ctx context.Context, st *claimState, k int) ([]claimed, bool, error) {
 	now := c.clock.Now()
 	chosen := st.spares.Take(k, time.Now(), c.cfg.ClaimSpareFor)
 	fromSpares, tried := chosen != nil, false
@@ -74,8 +75,8 @@ func (c *engine) claimBatch(ctx context.Context, st *claimState, k int) ([]claim
 	}
 	for _, cd := range chosen {
 		if cd.WorkerTimeoutMS > 0 {
-			st.leases.observe(fromMS(cd.WorkerTimeoutMS))
-			c.limiter.KeepWithin(fromMS(cd.WorkerTimeoutMS)) // before the claim's round trip is weighed
+			st.leases.observe(stored.FromMS(cd.WorkerTimeoutMS))
+			c.limiter.KeepWithin(stored.FromMS(cd.WorkerTimeoutMS)) // before the claim's round trip is weighed
 		}
 	}
 	// The runs start now, not when the candidates were read: on a slow
@@ -164,7 +165,7 @@ func (c *engine) claimBatch(ctx context.Context, st *claimState, k int) ([]claim
 // spares. tried says every candidate read was chosen. When it leaves
 // candidates of other shares to their consumers for a moment (see
 // passOver), it says until when in st.heldUntil.
-func (c *engine) chooseCandidates(ctx context.Context, st *claimState, k int, now time.Time) ([]claimchoice.Candidate, bool, error) {
+func (c *Engine) chooseCandidates(ctx context.Context, st *claimState, k int, now time.Time) ([]claimchoice.Candidate, bool, error) {
 	cands, err := c.candidates(ctx, c.claimant(st, now).Due(now), candidateLimit(k, st.peers, c.cfg.ClaimSpareFor > 0))
 	if err != nil {
 		return nil, false, err // the spares are gone already: take found too few
@@ -200,7 +201,7 @@ func candidateLimit(k, peers int, spares bool) int {
 // its own consumer: twice the round trip of its last claim, so that a
 // consumer with free slots has had the time to claim it, within
 // [passOverMin, the poll interval].
-func (c *engine) passOverWait(st *claimState) time.Duration {
+func (c *Engine) passOverWait(st *claimState) time.Duration {
 	return max(passOverMin, min(2*st.claimLatency, c.pollInterval()))
 }
 
@@ -225,7 +226,7 @@ const (
 
 // claimedAsRead builds the tasks as claimed from the candidates as read,
 // when every statement was fenced on its candidate's rev and matched.
-func (c *engine) claimedAsRead(st *claimState, chosen []claimchoice.Candidate, runIDs []string, now time.Time) ([]claimed, bool) {
+func (c *Engine) claimedAsRead(st *claimState, chosen []claimchoice.Candidate, runIDs []string, now time.Time) ([]claimed, bool) {
 	out := make([]claimed, len(chosen))
 	for i, cd := range chosen {
 		raw, err := taskstate.ClaimedAsRead(cd.Raw, c.cfg.WorkerID, c.claimHolder(runIDs[i], now), now, c.claimExpiry(st, now))
@@ -255,14 +256,14 @@ func notWon(runIDs []string, won []claimed) []int {
 // claimFilterOf is the claim filter on the candidate alone, as a statement
 // of a batch claim: every write of a claim names its task, by its _id as
 // read.
-func (c *engine) claimFilterOf(st *claimState, cd claimchoice.Candidate, now time.Time) bson.D {
+func (c *Engine) claimFilterOf(st *claimState, cd claimchoice.Candidate, now time.Time) bson.D {
 	return c.claimant(st, now).DueByKey(cd.ID, now)
 }
 
 // claimEachAlone claims the candidates one at a time, after a batch the
 // server refused part of. A task whose claim is refused is set invalid,
 // naming the field; an error of another kind ends the tries.
-func (c *engine) claimEachAlone(ctx context.Context, st *claimState, cands []claimchoice.Candidate) []claimed {
+func (c *Engine) claimEachAlone(ctx context.Context, st *claimState, cands []claimchoice.Candidate) []claimed {
 	var out []claimed
 	for _, cd := range cands {
 		if ctx.Err() != nil {
@@ -279,7 +280,7 @@ func (c *engine) claimEachAlone(ctx context.Context, st *claimState, cands []cla
 }
 
 // claimAlone claims one slot of the candidate with a write of its own.
-func (c *engine) claimAlone(st *claimState, cd claimchoice.Candidate) ([]claimed, error) {
+func (c *Engine) claimAlone(st *claimState, cd claimchoice.Candidate) ([]claimed, error) {
 	wctx, cancel := c.writeCtx()
 	defer cancel()
 	now, runID := c.clock.Now(), newRunID()
@@ -316,24 +317,24 @@ func appendBounded(ids []string, id string) []string {
 // Sweeps look at the task from when its lease may lapse: the shortest
 // worker timeout among the tasks this worker claimed last, a guess that
 // the first ping corrects.
-func (c *engine) claimUpdate(st *claimState, runID string, now time.Time) bson.D {
+func (c *Engine) claimUpdate(st *claimState, runID string, now time.Time) bson.D {
 	return taskstate.Claim(c.cfg.WorkerID, c.claimHolder(runID, now), c.claimExpiry(st, now), now)
 }
 
 // claimHolder is the holder entry a claim at now writes for run runID.
-func (c *engine) claimHolder(runID string, now time.Time) holder {
-	return holder{Run: runID, Started: now, LeaseUntil: now.Add(claimLease)}
+func (c *Engine) claimHolder(runID string, now time.Time) stored.Holder {
+	return stored.Holder{Run: runID, Started: now, LeaseUntil: now.Add(claimLease)}
 }
 
 // claimExpiry is the next_expiry a claim at now lowers its task's to.
-func (c *engine) claimExpiry(st *claimState, now time.Time) time.Time {
+func (c *Engine) claimExpiry(st *claimState, now time.Time) time.Time {
 	return now.Add(st.leases.shortest())
 }
 
 // candidates reads up to limit claimable tasks in claim order, in full
 // but for their runs.
-func (c *engine) candidates(ctx context.Context, filter bson.D, limit int) ([]claimchoice.Candidate, error) {
-	raws, err := query.FindAll(ctx, c.coll, filter, claimSort, bson.D{{Key: fRuns, Value: 0}}, limit)
+func (c *Engine) candidates(ctx context.Context, filter bson.D, limit int) ([]claimchoice.Candidate, error) {
+	raws, err := query.FindAll(ctx, c.coll, filter, taskstate.ClaimSort, bson.D{{Key: stored.FRuns, Value: 0}}, limit)
 	if err != nil {
 		return nil, fmt.Errorf("mscheduler: find claimable tasks: %w", err)
 	}
@@ -355,13 +356,13 @@ func (c *engine) candidates(ctx context.Context, filter bson.D, limit int) ([]cl
 // few chosen. A run end of another run of the task may have changed the
 // status since (its failed runs exhausted, say); the count tells, and the
 // read is made again without it.
-func (c *engine) readClaims(ctx context.Context, chosen []claimchoice.Candidate, runIDs []string, matched int64) ([]claimed, error) {
+func (c *Engine) readClaims(ctx context.Context, chosen []claimchoice.Candidate, runIDs []string, matched int64) ([]claimed, error) {
 	if matched == 0 {
 		return nil, nil
 	}
 	filter := c.claimsFilter(chosen, runIDs)
 	if matched > 0 {
-		running := append(slices.Clip(filter), bson.E{Key: fStatus, Value: StatusRunning}) // filter stays as it is
+		running := append(slices.Clip(filter), bson.E{Key: stored.FStatus, Value: stored.StatusRunning}) // filter stays as it is
 		won, err := c.findClaims(ctx, running, len(chosen))
 		if err != nil || int64(len(won)) >= matched {
 			return won, err
@@ -371,22 +372,22 @@ func (c *engine) readClaims(ctx context.Context, chosen []claimchoice.Candidate,
 }
 
 // claimsFilter selects the chosen tasks that one of runIDs claimed.
-func (c *engine) claimsFilter(chosen []claimchoice.Candidate, runIDs []string) bson.D {
+func (c *Engine) claimsFilter(chosen []claimchoice.Candidate, runIDs []string) bson.D {
 	keys := make(bson.A, len(chosen))
 	for i, cd := range chosen {
 		keys[i] = cd.ID
 	}
-	return bson.D{{Key: fID, Value: op("$in", keys)}, {Key: holderPath(c.cfg.WorkerID, hRun), Value: op("$in", runIDs)}}
+	return bson.D{{Key: stored.FID, Value: taskstate.Op("$in", keys)}, {Key: stored.HolderPath(c.cfg.WorkerID, stored.HRun), Value: taskstate.Op("$in", runIDs)}}
 }
 
-func (c *engine) findClaims(ctx context.Context, filter bson.D, limit int) ([]claimed, error) {
-	raws, err := query.FindAll(ctx, c.coll, filter, nil, bson.D{{Key: fRuns, Value: 0}}, limit)
+func (c *Engine) findClaims(ctx context.Context, filter bson.D, limit int) ([]claimed, error) {
+	raws, err := query.FindAll(ctx, c.coll, filter, nil, bson.D{{Key: stored.FRuns, Value: 0}}, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read claimed tasks: %w", err)
 	}
 	out := make([]claimed, 0, len(raws))
 	for _, raw := range raws {
-		runID, _ := raw.Lookup(fHolders, c.cfg.WorkerID, hRun).StringValueOK()
+		runID, _ := raw.Lookup(stored.FHolders, c.cfg.WorkerID, stored.HRun).StringValueOK()
 		out = append(out, claimed{raw: raw, runID: runID})
 	}
 	return out, nil

@@ -1,4 +1,4 @@
-package mscheduler
+package engine
 
 import (
 	"context"
@@ -20,7 +20,7 @@ const connectionsInUse = 8
 // run ends and history writes all wanted one at once lost leases waiting.
 // On a fast server the commands end before more connections are needed,
 // and few are opened. Start's own commands are the others (prepare).
-func (c *engine) warmPool(ctx context.Context, g *errgroup.Group, others int) {
+func (c *Engine) warmPool(ctx context.Context, g *errgroup.Group, others int) {
 	db := c.coll.Database()
 	for range connectionsInUse - others {
 		g.Go(func() error {

@@ -1,4 +1,4 @@
-package mscheduler
+package engine
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 // DiscoveryAuto, a server without change streams (a standalone server, the
 // development server) means polling; with DiscoveryChangeStream it is an
 // error.
-func (c *engine) openStream(ctx context.Context) (*mongo.ChangeStream, error) {
+func (c *Engine) openStream(ctx context.Context) (*mongo.ChangeStream, error) {
 	if c.cfg.Discovery == DiscoveryPoll {
 		return nil, nil
 	}

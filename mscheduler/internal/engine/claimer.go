@@ -1,4 +1,4 @@
-package mscheduler
+package engine
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/query"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/retry"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/upkeep"
 )
@@ -38,7 +39,7 @@ const maxSkipped = 100
 // sweep that freed slots), the next due time it knows of (a future
 // run_at), or the jittered poll. Sweeps, announces and maintenance are
 // the upkeep loop's (see upkeeploop.go).
-func (c *engine) claimLoop(ctx context.Context) {
+func (c *Engine) claimLoop(ctx context.Context) {
 	st := &claimState{backlog: true} // at start, work may be waiting: see claimSlots
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -76,7 +77,7 @@ func (c *engine) claimLoop(ctx context.Context) {
 
 // claimLater puts a due claim off to the next poll, after err. What was
 // due is looked at then: left due, it would make every pass due, a loop.
-func (c *engine) claimLater(ctx context.Context, st *claimState, err error) {
+func (c *Engine) claimLater(ctx context.Context, st *claimState, err error) {
 	now := c.clock.Now()
 	st.pollAt = now.Add(jitter(c.pollInterval()))
 	st.due.PopDue(now)
@@ -86,7 +87,7 @@ func (c *engine) claimLater(ctx context.Context, st *claimState, err error) {
 
 // claimDue says the poll is due, or a time when a task may have become
 // claimable has come.
-func (c *engine) claimDue(st *claimState) bool {
+func (c *Engine) claimDue(st *claimState) bool {
 	now := c.clock.Now()
 	d, ok := st.due.Peek()
 	gathered := !st.gatherUntil.IsZero() && !now.Before(st.gatherUntil)
@@ -136,7 +137,7 @@ func (st *claimState) adoptView(v peerView) {
 	st.peers, st.rank = v.alive, v.rank
 }
 
-func (c *engine) pollInterval() time.Duration {
+func (c *Engine) pollInterval() time.Duration {
 	if c.stream.Delivering() {
 		return c.cfg.ChangeStreamPollInterval
 	}
@@ -148,7 +149,7 @@ func jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
-func (c *engine) untilNextWake(st *claimState) time.Duration {
+func (c *Engine) untilNextWake(st *claimState) time.Duration {
 	now := c.clock.Now()
 	next := st.pollAt
 	for _, at := range []time.Time{st.gatherUntil, st.heldUntil} {
@@ -167,7 +168,7 @@ func (c *engine) untilNextWake(st *claimState) time.Duration {
 // they are claimed, and the pass must end for the loop to look at its
 // timers. Several free slots are filled by a batch claim, one by a single
 // findAndModify.
-func (c *engine) claimAvailable(ctx context.Context, st *claimState) {
+func (c *Engine) claimAvailable(ctx context.Context, st *claimState) {
 	now := c.clock.Now()
 	st.adoptView(c.view())
 	poll := c.pollInterval()
@@ -248,14 +249,14 @@ func (c *engine) claimAvailable(ctx context.Context, st *claimState) {
 // to run, and for WriteTimeout at least. A claim given up on sooner, on a
 // server that answers in seconds, is a claim redone: the runs it won are
 // found at the next pass and released unrun, their tasks claimed again.
-func (c *engine) claimCtx(lease time.Duration) (context.Context, context.CancelFunc) {
+func (c *Engine) claimCtx(lease time.Duration) (context.Context, context.CancelFunc) {
 	return retry.Bounded(context.Background(), max(c.cfg.WriteTimeout, lease/2), errWriteTimeout)
 }
 
 // demanded bounds a claim of want runs by ClaimDemand: held counts the
 // runs claimed and not yet handed to a handler, which the demand does
 // not know of yet.
-func (c *engine) demanded(want int) int {
+func (c *Engine) demanded(want int) int {
 	if c.cfg.ClaimDemand == nil {
 		return want
 	}
@@ -268,12 +269,12 @@ const minBatchClaim = 4
 
 // sparesServe says a claim of k slots, fewer than a batch fills, goes by
 // the spare candidates (see claimchoice.go).
-func (c *engine) sparesServe(st *claimState, k int) bool {
+func (c *Engine) sparesServe(st *claimState, k int) bool {
 	return st.backlog && st.spares.Serves(k, time.Now(), c.cfg.ClaimSpareFor)
 }
 
 // takeSlots takes up to k free slots and returns how many it took.
-func (c *engine) takeSlots(k int) int {
+func (c *Engine) takeSlots(k int) int {
 	n := 0
 	for n < k && c.slots.TryAcquire(1) {
 		n++
@@ -283,7 +284,7 @@ func (c *engine) takeSlots(k int) int {
 }
 
 // releaseSlots gives n slots back.
-func (c *engine) releaseSlots(n int) {
+func (c *Engine) releaseSlots(n int) {
 	c.held.Add(-int64(n))
 	c.slots.Release(int64(n))
 }
@@ -297,7 +298,7 @@ func (c *engine) releaseSlots(n int) {
 // does. Claims that split the slots in two cohorts, each claimed as the
 // other runs, would cost twice the commands for good. A consumer the limit
 // holds back does not gather: its pass counts what it leaves unclaimed.
-func (c *engine) gathering(st *claimState, now time.Time) bool {
+func (c *Engine) gathering(st *claimState, now time.Time) bool {
 	ending := c.ending.Load() // before held: a run lowers held first
 	room := c.allowedMore()
 	fill := min(c.cfg.ClaimBatchMax, c.cfg.Capacity, c.limiter.Limit())
@@ -326,7 +327,7 @@ const minGatherCapacity = 8
 // answers slowly, or is busy with the other workers' commands, a claim of
 // a few costs what one of many does, and waiting a round trip for more
 // slots costs less than a claim.
-func (c *engine) gatherWindow() time.Duration {
+func (c *Engine) gatherWindow() time.Duration {
 	return min(max(c.cfg.ClaimBatchWindow, c.limiter.Latency()), maxGatherWindow)
 }
 
@@ -338,7 +339,7 @@ const maxGatherWindow = time.Second
 // batch whatever k: its candidates tell the worker timeouts of the tasks,
 // which a findAndModify's next_expiry would have to guess (see
 // leaseHint), and with nothing to claim it costs one command.
-func (c *engine) claimSlots(ctx context.Context, st *claimState, k int) (won []claimed, done bool, err error) {
+func (c *Engine) claimSlots(ctx context.Context, st *claimState, k int) (won []claimed, done bool, err error) {
 	if k > 1 || c.cfg.TargetedClaims || c.sparesServe(st, k) || !st.leases.seenAny() {
 		return c.claimBatch(ctx, st, k)
 	}
@@ -352,25 +353,25 @@ func (c *engine) claimSlots(ctx context.Context, st *claimState, k int) (won []c
 // admit starts a claimed run, unless the task cannot run as stored (it is
 // set invalid instead) or its plan gives the slot back. It reports whether
 // the run started.
-func (c *engine) admit(raw bson.Raw, runID string, st *claimState) bool {
+func (c *Engine) admit(raw bson.Raw, runID string, st *claimState) bool {
 	doc, run, call, prob := c.decodeClaimed(raw)
 	if prob != nil {
 		c.quarantineClaimed(raw, runID, prob)
 		return false
 	}
-	st.leases.observe(fromMS(doc.WorkerTimeoutMS))
-	c.limiter.KeepWithin(fromMS(doc.WorkerTimeoutMS))
+	st.leases.observe(stored.FromMS(doc.WorkerTimeoutMS))
+	c.limiter.KeepWithin(stored.FromMS(doc.WorkerTimeoutMS))
 	if !c.planGate(doc) {
 		return false
 	}
-	run.PlannedAt = ptrTime(doc.Planned()) // the plan gate may have moved it
+	run.PlannedAt = stored.TimeOf(doc.Planned()) // the plan gate may have moved it
 	c.startRun(doc, &job{run: run, call: call}, st.claimLatency)
 	return true
 }
 
 // quarantineClaimed sets a claimed task that cannot run as stored to
-// StatusInvalid, ending this worker's claim in the same write.
-func (c *engine) quarantineClaimed(raw bson.Raw, runID string, prob *problem) {
+// stored.StatusInvalid, ending this worker's claim in the same write.
+func (c *Engine) quarantineClaimed(raw bson.Raw, runID string, prob *stored.Problem) {
 	ctx, cancel := c.writeCtx()
 	defer cancel()
 	q := upkeep.NewQuarantine(raw, prob, taskstate.FoundAtClaim).Ending(c.cfg.WorkerID, runID, nil, time.Time{})
@@ -384,19 +385,19 @@ func (c *engine) quarantineClaimed(raw bson.Raw, runID string, prob *problem) {
 // claimOne claims one slot of the best claimable task with one
 // findOneAndUpdate, returning the task as claimed and the run's id, or nil
 // if there is none.
-func (c *engine) claimOne(ctx context.Context, st *claimState) (bson.Raw, string, error) {
+func (c *Engine) claimOne(ctx context.Context, st *claimState) (bson.Raw, string, error) {
 	now := c.clock.Now()
 	filter := c.claimant(st, now).Due(now)
 	runID := newRunID()
 	update := c.claimUpdate(st, runID, now)
-	opts := options.FindOneAndUpdate().SetSort(claimSort).SetReturnDocument(options.After)
+	opts := options.FindOneAndUpdate().SetSort(taskstate.ClaimSort).SetReturnDocument(options.After)
 	// A claim the server applied must reach its run, so a stop does not
 	// interrupt the command (the loop checks ctx before each claim): a claim
 	// lost on the way back would hold its slot until the lease lapsed.
 	wctx, cancel := c.claimCtx(st.leases.shortest())
 	defer cancel()
 	sent := time.Now()
-	raw, err := c.caps.FindOneAndUpdate(wctx, c.coll, filter, update, opts, bson.D{{Key: fRuns, Value: 0}}).Raw()
+	raw, err := c.caps.FindOneAndUpdate(wctx, c.coll, filter, update, opts, bson.D{{Key: stored.FRuns, Value: 0}}).Raw()
 	st.claimLatency = time.Since(sent)
 	if err == nil || errors.Is(err, mongo.ErrNoDocuments) {
 		c.commandTook(st.claimLatency)
@@ -425,7 +426,7 @@ func (c *engine) claimOne(ctx context.Context, st *claimState) (bson.Raw, string
 // refused task up again with the claim's own filter named the wrong one
 // when the task at fault had left the claimable ones meanwhile (another
 // worker set it invalid), and a sound task was set invalid for it.
-func (c *engine) claimPastRefusal(ctx context.Context, st *claimState) (bson.Raw, string, error) {
+func (c *Engine) claimPastRefusal(ctx context.Context, st *claimState) (bson.Raw, string, error) {
 	now := c.clock.Now()
 	cands, err := c.candidates(ctx, c.claimant(st, now).Due(now), refusalCandidates)
 	if err != nil {
@@ -448,12 +449,12 @@ const refusalCandidates = 8
 
 // maxUnconfirmed bounds the lost claims looked for at once: a lost batch
 // claim leaves one per statement.
-const maxUnconfirmed = 4 * ClaimBatchMaxDefault
+const maxUnconfirmed = 4 * 64 // four claims of ClaimBatchMaxDefault
 
 // findClaim looks for the task a claim with runID was applied to. Only
 // running tasks can hold it, which the claim index serves.
-func (c *engine) findClaim(ctx context.Context, runID string) (bson.Raw, error) {
-	raw, err := c.coll.FindOne(ctx, bson.D{{Key: fStatus, Value: StatusRunning}, {Key: holderPath(c.cfg.WorkerID, hRun), Value: runID}}).Raw()
+func (c *Engine) findClaim(ctx context.Context, runID string) (bson.Raw, error) {
+	raw, err := c.coll.FindOne(ctx, bson.D{{Key: stored.FStatus, Value: stored.StatusRunning}, {Key: stored.HolderPath(c.cfg.WorkerID, stored.HRun), Value: runID}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
 	}
@@ -463,23 +464,23 @@ func (c *engine) findClaim(ctx context.Context, runID string) (bson.Raw, error) 
 // confirmLostClaims looks again, in one query, for claims whose reply was
 // lost and whose first look failed too. One found is released (not run:
 // its lease may be short of lapsing), so that it counts as no failure.
-func (c *engine) confirmLostClaims(ctx context.Context, st *claimState) {
+func (c *Engine) confirmLostClaims(ctx context.Context, st *claimState) {
 	if len(st.unconfirmed) == 0 {
 		return
 	}
-	filter := bson.D{{Key: fStatus, Value: StatusRunning}, {Key: holderPath(c.cfg.WorkerID, hRun), Value: op("$in", st.unconfirmed)}}
-	found, err := query.FindAll(ctx, c.coll, filter, nil, bson.D{{Key: fRuns, Value: 0}}, len(st.unconfirmed))
+	filter := bson.D{{Key: stored.FStatus, Value: stored.StatusRunning}, {Key: stored.HolderPath(c.cfg.WorkerID, stored.HRun), Value: taskstate.Op("$in", st.unconfirmed)}}
+	found, err := query.FindAll(ctx, c.coll, filter, nil, bson.D{{Key: stored.FRuns, Value: 0}}, len(st.unconfirmed))
 	if err != nil {
 		return // looked for again at the next pass
 	}
 	st.unconfirmed = st.unconfirmed[:0]
 	for _, raw := range found {
-		runID, _ := raw.Lookup(fHolders, c.cfg.WorkerID, hRun).StringValueOK()
+		runID, _ := raw.Lookup(stored.FHolders, c.cfg.WorkerID, stored.HRun).StringValueOK()
 		c.releaseLostClaim(raw, runID)
 	}
 }
 
-func (c *engine) releaseLostClaim(raw bson.Raw, runID string) {
+func (c *Engine) releaseLostClaim(raw bson.Raw, runID string) {
 	doc, _, _, prob := c.decodeClaimed(raw)
 	if prob != nil {
 		c.quarantineClaimed(raw, runID, prob)
@@ -490,7 +491,7 @@ func (c *engine) releaseLostClaim(raw bson.Raw, runID string) {
 	r.SetLease(h.LeaseUntil)
 	r.Finished.Store(true)
 	end := c.newRunEnd(r, 0)
-	end.Record.Outcome = OutcomeReleased
+	end.Record.Outcome = stored.OutcomeReleased
 	end.Record.Error = "the claim's reply was lost; released without running"
 	c.writeEnd(r, end)
 }
@@ -499,23 +500,23 @@ func (c *engine) releaseLostClaim(raw bson.Raw, runID string) {
 // task that cannot run as stored (a field of the wrong type, a missing
 // one, params the handler cannot take, a broken plan) returns the problem,
 // naming the field.
-func (c *engine) decodeClaimed(raw bson.Raw) (*taskDoc, *Run, callFunc, *problem) {
+func (c *Engine) decodeClaimed(raw bson.Raw) (*stored.Task, *Run, CallFunc, *stored.Problem) {
 	workerID := c.cfg.WorkerID
-	doc, p := inspectTask(raw)
+	doc, p := c.cfg.Documents.Inspect(raw)
 	if p != nil {
 		return nil, nil, nil, p
 	}
 	h, ok := doc.Holders[workerID]
 	if !ok {
-		return nil, nil, nil, &problem{Field: holderPath(workerID), Reason: "is missing right after the claim"}
+		return nil, nil, nil, &stored.Problem{Field: stored.HolderPath(workerID), Reason: "is missing right after the claim"}
 	}
 	run := &Run{
-		ID: h.Run, WorkerID: workerID, StartedAt: h.Started, PlannedAt: ptrTime(doc.Planned()),
+		ID: h.Run, WorkerID: workerID, StartedAt: h.Started, PlannedAt: stored.TimeOf(doc.Planned()),
 		Status: doc.Status, Succeeded: doc.Succeeded, FailedRuns: doc.FailedRuns,
 	}
 	call, err := c.prepareCall(doc, run)
 	if err != nil {
-		return nil, nil, nil, &problem{Field: fParams, Reason: err.Error()}
+		return nil, nil, nil, &stored.Problem{Field: stored.FParams, Reason: err.Error()}
 	}
 	return doc, run, call, nil
 }
@@ -529,12 +530,12 @@ func isServerRefusal(err error) bool {
 }
 
 // refused handles a claim the server refused: the task it was aimed at is
-// set to StatusInvalid with the reason, so that every worker skips it from
+// set to stored.StatusInvalid with the reason, so that every worker skips it from
 // then on. If even that write is refused, this worker skips the task for
 // a while.
-func (c *engine) refused(ctx context.Context, st *claimState, filter bson.D, cause error) {
+func (c *Engine) refused(ctx context.Context, st *claimState, filter bson.D, cause error) {
 	st.spares.Drop() // they may hold the task, to be set invalid or skipped
-	raw, err := c.coll.FindOne(ctx, filter, options.FindOne().SetSort(claimSort)).Raw()
+	raw, err := c.coll.FindOne(ctx, filter, options.FindOne().SetSort(taskstate.ClaimSort)).Raw()
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		// No longer claimable: the check (in the upkeep loop, beside this
@@ -544,10 +545,10 @@ func (c *engine) refused(ctx context.Context, st *claimState, filter bson.D, cau
 		c.loopError(ctx, fmt.Errorf("mscheduler: claim refused (%v), and the task could not be identified: %w", cause, err))
 		return
 	}
-	key := describeID(raw)
-	prob := inspect(raw)
+	key := stored.IDString(raw.Lookup(stored.FID))
+	prob := c.inspect(raw)
 	if prob == nil {
-		prob = &problem{Field: "(document)", Reason: "cannot be claimed: " + upkeep.ServerMessage(cause)}
+		prob = &stored.Problem{Field: "(document)", Reason: "cannot be claimed: " + upkeep.ServerMessage(cause)}
 	}
 	if _, err := c.upkeep.Quarantine(ctx, upkeep.NewQuarantine(raw, prob, taskstate.FoundAtRefusal)); err != nil {
 		st.skipped.add(key, c.clock.Now().Add(skipFor))
@@ -558,29 +559,29 @@ func (c *engine) refused(ctx context.Context, st *claimState, filter bson.D, cau
 
 // scheduleNextDue remembers when the earliest not-yet-due eligible task
 // becomes claimable, so the loop wakes then without polling.
-func (c *engine) scheduleNextDue(ctx context.Context, st *claimState) {
+func (c *Engine) scheduleNextDue(ctx context.Context, st *claimState) {
 	now := c.clock.Now()
-	opts := options.FindOne().SetSort(bson.D{{Key: fRunAt, Value: 1}}).SetProjection(bson.D{{Key: fRunAt, Value: 1}})
+	opts := options.FindOne().SetSort(bson.D{{Key: stored.FRunAt, Value: 1}}).SetProjection(bson.D{{Key: stored.FRunAt, Value: 1}})
 	raw, err := c.coll.FindOne(ctx, c.claimant(st, now).Future(now), opts).Raw()
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 	case err != nil:
 		c.loopError(ctx, fmt.Errorf("mscheduler: find next due task: %w", err))
 	default:
-		if at, ok := raw.Lookup(fRunAt).TimeOK(); ok { // the filter holds dates only
+		if at, ok := raw.Lookup(stored.FRunAt).TimeOK(); ok { // the filter holds dates only
 			st.due.Add(at)
 		}
 	}
 }
 
 // claimant is this consumer as a claim's filters name it at now.
-func (c *engine) claimant(st *claimState, now time.Time) taskstate.Claimant {
+func (c *Engine) claimant(st *claimState, now time.Time) taskstate.Claimant {
 	return taskstate.Claimant{WorkerID: c.cfg.WorkerID, Groups: c.cfg.Groups, Skipped: st.skipped.keys(now)}
 }
 
 // loopError reports a failed background operation. A stop in progress is
 // not an error.
-func (c *engine) loopError(ctx context.Context, err error) {
+func (c *Engine) loopError(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return
 	}

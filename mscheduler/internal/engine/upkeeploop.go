@@ -1,4 +1,4 @@
-package mscheduler
+package engine
 
 import (
 	"context"
@@ -42,7 +42,7 @@ type peerView struct {
 
 // upkeepLoop runs the upkeep until ctx is done. The first announce was
 // made by Start.
-func (c *engine) upkeepLoop(ctx context.Context, st *upkeepState) {
+func (c *Engine) upkeepLoop(ctx context.Context, st *upkeepState) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -64,7 +64,7 @@ func (c *engine) upkeepLoop(ctx context.Context, st *upkeepState) {
 
 // view is the consumers alive as the last announce saw them: this one
 // alone before the first.
-func (c *engine) view() peerView {
+func (c *Engine) view() peerView {
 	if v := c.peerView.Load(); v != nil {
 		return *v
 	}
@@ -73,7 +73,7 @@ func (c *engine) view() peerView {
 
 // askReannounce asks the upkeep loop to announce again soon (see
 // viewMayBeStale). Called by the claim loop; never blocks.
-func (c *engine) askReannounce() {
+func (c *Engine) askReannounce() {
 	select {
 	case c.reannounce <- struct{}{}:
 	default:
@@ -82,7 +82,7 @@ func (c *engine) askReannounce() {
 
 // announceSoon brings the next announce forward to now, or to
 // reannounceGap after the last one if that is later.
-func (c *engine) announceSoon(st *upkeepState) {
+func (c *Engine) announceSoon(st *upkeepState) {
 	at := maxTime(c.clock.Now(), st.announced.Add(reannounceGap))
 	if at.Before(st.announceAt) {
 		st.announceAt = at
@@ -91,7 +91,7 @@ func (c *engine) announceSoon(st *upkeepState) {
 
 // announce records this consumer as alive and takes in what the reply
 // says of the others.
-func (c *engine) announce(ctx context.Context, st *upkeepState) error {
+func (c *Engine) announce(ctx context.Context, st *upkeepState) error {
 	now := c.clock.Now()
 	st.announced = now
 	start := time.Now()
@@ -109,7 +109,7 @@ func (c *engine) announce(ctx context.Context, st *upkeepState) error {
 // then once more within announceSoon, then every MaintenanceInterval, and
 // when the claim loop brought it forward (see viewMayBeStale); after a
 // failure, within announceSoon.
-func (c *engine) announceIfDue(ctx context.Context, st *upkeepState) {
+func (c *Engine) announceIfDue(ctx context.Context, st *upkeepState) {
 	now := c.clock.Now()
 	if now.Before(st.announceAt) {
 		return
@@ -128,7 +128,7 @@ func (c *engine) announceIfDue(ctx context.Context, st *upkeepState) {
 }
 
 // sweepIfDue runs a sweep when its time has come.
-func (c *engine) sweepIfDue(ctx context.Context, st *upkeepState) {
+func (c *Engine) sweepIfDue(ctx context.Context, st *upkeepState) {
 	now := c.clock.Now()
 	if spread := c.spreadOut(c.cfg.SweepInterval, c.view().alive); st.sweepAt.IsZero() && spread > c.cfg.SweepInterval {
 		st.sweepAt = now.Add(firstSweepAfter(spread))
@@ -166,7 +166,7 @@ func firstSweepAfter(interval time.Duration) time.Duration {
 
 // maintainIfDue takes or renews the maintenance lease when its time has
 // come, and does the pass if this worker holds it.
-func (c *engine) maintainIfDue(ctx context.Context, st *upkeepState) {
+func (c *Engine) maintainIfDue(ctx context.Context, st *upkeepState) {
 	now := c.clock.Now()
 	if now.Before(st.maintainAt) {
 		return
@@ -193,7 +193,7 @@ func (c *engine) maintainIfDue(ctx context.Context, st *upkeepState) {
 
 // checkIfDue runs a check when its time has come, by the maintenance
 // lease holder alone: N workers cost the server one.
-func (c *engine) checkIfDue(ctx context.Context, st *upkeepState) {
+func (c *Engine) checkIfDue(ctx context.Context, st *upkeepState) {
 	now := c.clock.Now()
 	if now.Before(st.checkAt) {
 		return
@@ -217,6 +217,10 @@ func (c *engine) checkIfDue(ctx context.Context, st *upkeepState) {
 // peerLapse maintenance intervals, and not later than one interval ahead
 // (consumers' clocks are the server's, give or take a round trip; a time
 // further ahead was edited by hand and would count for ever).
-func (c *engine) aliveWindow(now time.Time) peers.Window {
+func (c *Engine) aliveWindow(now time.Time) peers.Window {
 	return peers.Window{From: now.Add(-peerLapse * c.cfg.MaintenanceInterval), To: now.Add(c.cfg.MaintenanceInterval)}
 }
+
+// MaintenanceLeader reports whether this consumer held the collection's
+// maintenance lease at its last try.
+func (c *Engine) MaintenanceLeader() bool { return c.leader.Load() }

@@ -1,4 +1,4 @@
-package mscheduler
+package engine
 
 import "time"
 
@@ -12,13 +12,6 @@ import "time"
 // Together they then cost what B consumers cost, and a task published by
 // another process is still found within PollInterval/B on average: the
 // collection is polled B times per PollInterval, by whoever comes first.
-
-// PollBudgetDefault is the default ConsumerConfig.PollBudget.
-const PollBudgetDefault = 2
-
-// NoPollBudget, as ConsumerConfig.PollBudget, has every consumer poll and
-// sweep at its own intervals however many there are.
-const NoPollBudget = -1
 
 // peerLapse is how many maintenance intervals a consumer may go unseen
 // before it no longer counts as alive; the maintenance holder removes it.
@@ -40,7 +33,7 @@ const reannounceGap = time.Second
 // claim that lost tasks (a consumer joined since, and took tasks of the
 // share this one still thinks its own). The upkeep loop announces at most
 // once per reannounceGap for it.
-func (c *engine) viewMayBeStale(st *claimState, won bool) {
+func (c *Engine) viewMayBeStale(st *claimState, won bool) {
 	first := (st.backlog || won) && !st.workFound
 	st.workFound = st.workFound || st.backlog || won
 	if first || st.lostTasks {
@@ -51,7 +44,7 @@ func (c *engine) viewMayBeStale(st *claimState, won bool) {
 
 // spreadOut stretches an interval d by peers/PollBudget, when more than
 // PollBudget consumers are alive.
-func (c *engine) spreadOut(d time.Duration, peers int) time.Duration {
+func (c *Engine) spreadOut(d time.Duration, peers int) time.Duration {
 	b := c.cfg.PollBudget
 	if b == NoPollBudget || peers <= b {
 		return d

@@ -1,4 +1,4 @@
-package mscheduler
+package engine
 
 import (
 	"context"
@@ -37,7 +37,7 @@ type Pressure struct {
 }
 
 // Pressure reports what the consumer knows of the server's load.
-func (c *engine) Pressure() Pressure {
+func (c *Engine) Pressure() Pressure {
 	granted, waited := c.retries.Counts()
 	return Pressure{Limit: c.limiter.Limit(), Latency: c.limiter.Latency(), Baseline: c.limiter.Baseline(),
 		HeldBack: c.limiter.HeldBack(), Retries: granted, RetriesWaited: waited}
@@ -46,7 +46,7 @@ func (c *engine) Pressure() Pressure {
 // allowedMore is how many more runs the consumer may hold now. While the
 // server is slow, pings near their lease and run ends being written go
 // before new claims: none is sent until they are answered.
-func (c *engine) allowedMore() int {
+func (c *Engine) allowedMore() int {
 	if c.limiter.Throttled() && (c.ending.Load() > 0 || c.pinger.Pressed()) {
 		return 0
 	}
@@ -57,7 +57,7 @@ func (c *engine) allowedMore() int {
 // are counted, and the loop looks again when the limit may have moved. A
 // consumer taking nothing new and holding no run sends no other command
 // to measure the server by: it sends the cheapest one.
-func (c *engine) holdBack(ctx context.Context, st *claimState) {
+func (c *Engine) holdBack(ctx context.Context, st *claimState) {
 	free := c.cfg.Capacity - int(c.held.Load())
 	c.limiter.HoldBack(free)
 	st.pollAt = minTime(st.pollAt, c.clock.Now().Add(max(c.limiter.Latency(), pressure.MinStep)))
@@ -70,13 +70,13 @@ func (c *engine) holdBack(ctx context.Context, st *claimState) {
 }
 
 // commandTook takes in the round trip of a command that succeeded.
-func (c *engine) commandTook(d time.Duration) {
+func (c *Engine) commandTook(d time.Duration) {
 	c.limiter.Observe(d)
 	c.retries.Succeeded()
 }
 
 // pressureChanged says when the consumer takes less, or more again.
-func (c *engine) pressureChanged(ch pressure.Change) {
+func (c *Engine) pressureChanged(ch pressure.Change) {
 	args := []any{"limit", ch.Limit, "capacity", ch.Max, "latency", ch.Latency.Round(time.Millisecond), "baseline", ch.Baseline.Round(time.Millisecond)}
 	switch {
 	case ch.Unkeepable:

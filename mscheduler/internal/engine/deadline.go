@@ -1,4 +1,4 @@
-package mscheduler
+package engine
 
 import (
 	"context"
@@ -13,9 +13,9 @@ import (
 // attempt calls the handler once, with the task's deadline on its context
 // (see internal/attempt). A handler that outlives its cancelled context by
 // TimeoutGrace is abandoned: its goroutine is left behind, counted by
-// [Consumer.Abandoned] until it returns, and what it returns is dropped;
+// Abandoned until it returns, and what it returns is dropped;
 // the attempt then fails for good (no retry).
-func (c *engine) attempt(ctx context.Context, r *lease.Run, j *job, timeout time.Duration) (bson.RawValue, error) {
+func (c *Engine) attempt(ctx context.Context, r *lease.Run, j *job, timeout time.Duration) (bson.RawValue, error) {
 	result, err, gaveUp := attempt.Call(ctx, timeout, c.abandonOf(r), func(actx context.Context) (bson.RawValue, error) {
 		return j.call(actx)
 	})
@@ -26,7 +26,7 @@ func (c *engine) attempt(ctx context.Context, r *lease.Run, j *job, timeout time
 }
 
 // abandonOf is how an attempt of run r gives up on its handler.
-func (c *engine) abandonOf(r *lease.Run) *attempt.Abandon {
+func (c *Engine) abandonOf(r *lease.Run) *attempt.Abandon {
 	return &attempt.Abandon{
 		Grace: c.cfg.TimeoutGrace, Timeout: ErrTimeout, Count: &c.abandoned,
 		Abandoned: func(err error) {
@@ -39,7 +39,6 @@ func (c *engine) abandonOf(r *lease.Run) *attempt.Abandon {
 	}
 }
 
-// Abandoned is the number of handler goroutines this consumer gave up on
-// (they ignored their cancelled context) that have not returned yet: a
-// count above zero is a leak to look into.
-func (c *engine) Abandoned() int { return int(c.abandoned.Load()) }
+// Abandoned is the number of handler goroutines given up on and still
+// running (mscheduler.Consumer.Abandoned).
+func (c *Engine) Abandoned() int { return int(c.abandoned.Load()) }

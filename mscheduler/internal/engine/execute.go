@@ -1,4 +1,4 @@
-package mscheduler
+package engine
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/mscheduler/mscheduler/mscheduler/internal/localwake"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/retry"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/upkeep"
 )
@@ -21,7 +22,7 @@ import (
 // startRun starts the goroutine that executes a claimed run. The claim loop
 // has already taken the run's slot; the goroutine gives it back once the
 // run's end is written.
-func (c *engine) startRun(doc *taskDoc, j *job, claimLatency time.Duration) {
+func (c *Engine) startRun(doc *stored.Task, j *job, claimLatency time.Duration) {
 	h := doc.Holders[c.cfg.WorkerID]
 	ctx, cancel := context.WithCancelCause(c.workCtx)
 	r := &lease.Run{
@@ -31,12 +32,12 @@ func (c *engine) startRun(doc *taskDoc, j *job, claimLatency time.Duration) {
 		Started:       h.Started,
 		Cancel:        cancel,
 		SoleHolder:    doc.Running == 1,
-		PingInterval:  fromMS(doc.PingIntervalMS),
-		WorkerTimeout: fromMS(doc.WorkerTimeoutMS),
+		PingInterval:  stored.FromMS(doc.PingIntervalMS),
+		WorkerTimeout: stored.FromMS(doc.WorkerTimeoutMS),
 		Doc:           doc,
 	}
-	r.SetLease(effectiveLease(h, fromMS(doc.WorkerTimeoutMS)))
-	c.emit(Event{Kind: EventClaimed, Key: r.Key, RunID: r.RunID, Planned: ptrTime(doc.Planned()), Latency: claimLatency})
+	r.SetLease(taskstate.EffectiveLease(h, stored.FromMS(doc.WorkerTimeoutMS)))
+	c.emit(Event{Kind: EventClaimed, Key: r.Key, RunID: r.RunID, Planned: stored.TimeOf(doc.Planned()), Latency: claimLatency})
 	c.log.Debug("claimed", "key", r.Key, "run_id", r.RunID)
 	c.pinger.Add(r)
 	c.running.Add(1)
@@ -55,12 +56,12 @@ func (c *engine) startRun(doc *taskDoc, j *job, claimLatency time.Duration) {
 // and what the middleware sees of it.
 type job struct {
 	run  *Run // its Attempt moves with each attempt
-	call callFunc
+	call CallFunc
 }
 
 // execute runs the handler with local retries and writes the run's end.
 // The pinger keeps the run's lease until the end is written.
-func (c *engine) execute(ctx context.Context, r *lease.Run, j *job) {
+func (c *Engine) execute(ctx context.Context, r *lease.Run, j *job) {
 	defer c.pinger.Remove(r)
 	result, err, attempts := c.callWithRetries(ctx, r, j, r.Doc)
 	if r.Lost.Load() {
@@ -73,23 +74,23 @@ func (c *engine) execute(ctx context.Context, r *lease.Run, j *job) {
 	end := c.newRunEnd(r, attempts)
 	switch {
 	case err == nil:
-		end.Record.Outcome = OutcomeSucceeded
+		end.Record.Outcome = stored.OutcomeSucceeded
 		end.Record.Result, err = c.encodeResult(result)
 		if err != nil {
-			end.Record.Outcome, end.Record.Result = OutcomeFailed, bson.RawValue{}
+			end.Record.Outcome, end.Record.Result = stored.OutcomeFailed, bson.RawValue{}
 			end.Record.Error = err.Error()
 		}
 	case errors.Is(context.Cause(ctx), ErrShutdown), ctx.Err() == nil && errors.Is(err, ErrRelease):
-		end.Record.Outcome = OutcomeReleased
+		end.Record.Outcome = stored.OutcomeReleased
 		end.Record.Error = c.capError(err.Error())
 	case errors.Is(context.Cause(ctx), ErrRevoked):
-		end.Record.Outcome = OutcomeRevoked
+		end.Record.Outcome = stored.OutcomeRevoked
 		end.Record.Error = ErrRevoked.Error()
 	case errors.Is(context.Cause(ctx), ErrCancelled):
-		end.Record.Outcome = OutcomeCancelled
+		end.Record.Outcome = stored.OutcomeCancelled
 		end.Record.Error = ErrCancelled.Error()
 	default:
-		end.Record.Outcome = OutcomeFailed
+		end.Record.Outcome = stored.OutcomeFailed
 		end.Record.Error = c.capError(err.Error())
 	}
 	r.Ending = true
@@ -100,7 +101,7 @@ func (c *engine) execute(ctx context.Context, r *lease.Run, j *job) {
 // slotFreedWake tells the claim loop that a run is over and its slot free:
 // it claims, unless it leaves tasks of other shares for a moment (see
 // passOver), when its next look is due anyway.
-func (c *engine) slotFreedWake() {
+func (c *Engine) slotFreedWake() {
 	select {
 	case c.slotFreed <- struct{}{}:
 	default:
@@ -110,7 +111,7 @@ func (c *engine) slotFreedWake() {
 // releaseRunSlot frees the slot of a run that is over. A run that was
 // ending stops counting as such only once its slot is free, so that a
 // claim held back for ending runs finds their slots when none are left.
-func (c *engine) releaseRunSlot(r *lease.Run) {
+func (c *Engine) releaseRunSlot(r *lease.Run) {
 	c.releaseSlots(1)
 	if r.Ending {
 		c.ending.Add(-1)
@@ -119,7 +120,7 @@ func (c *engine) releaseRunSlot(r *lease.Run) {
 
 // encodeResult checks a handler's result for its run record: within
 // MaxResultBytes.
-func (c *engine) encodeResult(v bson.RawValue) (bson.RawValue, error) {
+func (c *Engine) encodeResult(v bson.RawValue) (bson.RawValue, error) {
 	if len(v.Value) > c.cfg.MaxResultBytes {
 		return bson.RawValue{}, fmt.Errorf("result is %d bytes, over MaxResultBytes (%d): not stored, run failed", len(v.Value), c.cfg.MaxResultBytes)
 	}
@@ -127,7 +128,7 @@ func (c *engine) encodeResult(v bson.RawValue) (bson.RawValue, error) {
 }
 
 // capError cuts an error text to MaxErrorBytes.
-func (c *engine) capError(text string) string { return cutText(text, c.cfg.MaxErrorBytes) }
+func (c *Engine) capError(text string) string { return cutText(text, c.cfg.MaxErrorBytes) }
 
 // cutText cuts text to at most limit bytes, on a rune boundary, saying so.
 func cutText(text string, limit int) string {
@@ -142,24 +143,24 @@ func cutText(text string, limit int) string {
 	return text[:cut] + note
 }
 
-func (c *engine) newRunEnd(r *lease.Run, attempts int) *runend.End {
+func (c *Engine) newRunEnd(r *lease.Run, attempts int) *runend.End {
 	now, doc := c.clock.Now(), r.Doc
 	return &runend.End{Key: r.Key, End: taskstate.End{
 		ID:       r.ID,
 		WorkerID: c.cfg.WorkerID,
 		Fence:    taskstate.RunFence(r.ID, c.cfg.WorkerID, r.RunID),
-		Record: runRecord{
+		Record: stored.RunRecord{
 			RunID: r.RunID, WorkerID: c.cfg.WorkerID, Started: r.Started,
 			LeaseUntil: r.Lease(), Finished: now, Attempts: attempts, Planned: doc.Planned(),
 		},
 		Distinct:      doc.DistinctWorkers,
 		MaxFailedRuns: doc.MaxFailedRuns,
-		RetryAt:       now.Add(backoff(fromMS(doc.RetryDelayMS), doc.FailedRuns+1)),
+		RetryAt:       now.Add(backoff(stored.FromMS(doc.RetryDelayMS), doc.FailedRuns+1)),
 		Now:           now,
 		RunsKept:      c.cfg.RunsKept,
-		Retention:     c.cfg.Retention.policy(),
+		Retention:     c.cfg.Retention,
 		Seen:          taskstate.Seen{Status: doc.Status, Running: doc.Running, Free: doc.Free, FailedRuns: doc.FailedRuns},
-		Advance:       newPlanAdvance(doc, r.Started, now),
+		Advance:       c.cfg.Documents.Advance(doc, r.Started, now),
 	}}
 }
 
@@ -172,7 +173,7 @@ func (c *engine) newRunEnd(r *lease.Run, attempts int) *runend.End {
 // by a fixed timeout that a slow server's round trip could exceed. Once
 // the lease is gone, the run is left to lapse, and another worker records
 // it as expired (at least once, never lost).
-func (c *engine) writeEnd(r *lease.Run, end *runend.End) {
+func (c *Engine) writeEnd(r *lease.Run, end *runend.End) {
 	ctx, cancel := context.WithCancelCause(c.endCtx)
 	defer cancel(nil)
 	defer context.AfterFunc(r.Held(), func() { cancel(context.Cause(r.Held())) })()
@@ -201,7 +202,7 @@ func (c *engine) writeEnd(r *lease.Run, end *runend.End) {
 			break
 		}
 	}
-	ev := Event{Key: r.Key, RunID: r.RunID, Attempt: end.Record.Attempts, Planned: ptrTime(end.Record.Planned),
+	ev := Event{Key: r.Key, RunID: r.RunID, Attempt: end.Record.Attempts, Planned: stored.TimeOf(end.Record.Planned),
 		Duration: end.Record.Finished.Sub(end.Record.Started), Latency: time.Since(sent)}
 	switch {
 	case err == nil:
@@ -229,10 +230,10 @@ const (
 	endRetryDelayMax = 5 * time.Second
 )
 
-func (c *engine) reportEnd(r *lease.Run, end *runend.End, ev Event) {
-	ev.Kind = map[Outcome]EventKind{
-		OutcomeSucceeded: EventSucceeded, OutcomeFailed: EventFailed, OutcomeReleased: EventReleased, OutcomeRevoked: EventRevoked,
-		OutcomeCancelled: EventCancelled,
+func (c *Engine) reportEnd(r *lease.Run, end *runend.End, ev Event) {
+	ev.Kind = map[stored.Outcome]EventKind{
+		stored.OutcomeSucceeded: EventSucceeded, stored.OutcomeFailed: EventFailed, stored.OutcomeReleased: EventReleased, stored.OutcomeRevoked: EventRevoked,
+		stored.OutcomeCancelled: EventCancelled,
 	}[end.Record.Outcome]
 	if end.Record.Error != "" {
 		ev.Err = errors.New(end.Record.Error)
@@ -240,9 +241,9 @@ func (c *engine) reportEnd(r *lease.Run, end *runend.End, ev Event) {
 	// A success is the ordinary case, logged at Debug: at Info, a busy
 	// worker's log would be little else. The other ends are news.
 	switch end.Record.Outcome {
-	case OutcomeFailed:
+	case stored.OutcomeFailed:
 		c.log.Warn("run failed", "key", r.Key, "run_id", r.RunID, "attempts", end.Record.Attempts, "error", end.Record.Error)
-	case OutcomeSucceeded:
+	case stored.OutcomeSucceeded:
 		c.log.Debug("run succeeded", "key", r.Key, "run_id", r.RunID, "attempts", end.Record.Attempts)
 	default:
 		c.log.Info("run "+string(end.Record.Outcome), "key", r.Key, "run_id", r.RunID, "attempts", end.Record.Attempts)
@@ -253,7 +254,7 @@ func (c *engine) reportEnd(r *lease.Run, end *runend.End, ev Event) {
 // endUnwritable ends a run whose end the server refused because of the
 // stored document: the minimal fenced write removes the run's holder entry
 // and sets the task invalid, keeping the run's record in the reason.
-func (c *engine) endUnwritable(r *lease.Run, end *runend.End, cause error) {
+func (c *Engine) endUnwritable(r *lease.Run, end *runend.End, cause error) {
 	ctx, cancel := retry.Bounded(c.endCtx, c.cfg.WriteTimeout, errWriteTimeout)
 	defer cancel()
 	raw, prob := c.upkeep.ProblemOf(ctx, end.Fence, cause)
@@ -281,7 +282,7 @@ func (c *engine) endUnwritable(r *lease.Run, end *runend.End, cause error) {
 
 // callWithRetries calls the handler until it succeeds, its error is final,
 // its local retries are spent, or its context ends.
-func (c *engine) callWithRetries(ctx context.Context, r *lease.Run, j *job, doc *taskDoc) (bson.RawValue, error, int) {
+func (c *Engine) callWithRetries(ctx context.Context, r *lease.Run, j *job, doc *stored.Task) (bson.RawValue, error, int) {
 	retries := max(doc.MaxRetries, 0)
 	for attempt := 1; ; attempt++ {
 		j.run.Attempt = attempt
@@ -295,7 +296,7 @@ func (c *engine) callWithRetries(ctx context.Context, r *lease.Run, j *job, doc 
 		select {
 		case <-ctx.Done():
 			return result, err, attempt
-		case <-time.After(backoff(fromMS(doc.RetryDelayMS), attempt)):
+		case <-time.After(backoff(stored.FromMS(doc.RetryDelayMS), attempt)):
 		}
 	}
 }
@@ -317,31 +318,28 @@ func backoff(base time.Duration, n int) time.Duration {
 // releaseAbandoned releases the runs whose handlers ignored their cancelled
 // context past ReleaseTimeout. Their goroutines are left behind; whatever
 // they return later is not written.
-func (c *engine) releaseAbandoned() {
+func (c *Engine) releaseAbandoned() {
 	for _, r := range c.pinger.Snapshot() {
 		if !r.Finished.CompareAndSwap(false, true) {
 			continue
 		}
 		c.log.Error("handler ignored cancellation; run released and goroutine abandoned", "key", r.Key, "run_id", r.RunID)
 		end := c.newRunEnd(r, 0)
-		end.Record.Outcome = OutcomeReleased
+		end.Record.Outcome = stored.OutcomeReleased
 		end.Record.Error = fmt.Sprintf("handler did not return within %s of shutdown; abandoned", c.cfg.ReleaseTimeout)
 		c.writeEnd(r, end)
 		c.pinger.Remove(r)
 	}
 }
 
-func ptrTime(t *time.Time) time.Time {
-	if t == nil {
-		return time.Time{}
-	}
-	return *t
-}
-
 // timeout is the deadline of each handler attempt of the task.
-func (c *engine) timeout(doc *taskDoc) time.Duration {
+func (c *Engine) timeout(doc *stored.Task) time.Duration {
 	if doc.TimeoutMS > 0 {
-		return fromMS(doc.TimeoutMS)
+		return stored.FromMS(doc.TimeoutMS)
 	}
 	return c.cfg.Timeout
 }
+
+// RetryDelayMax caps the exponential backoff between local retries
+// (mscheduler.RetryDelayMax).
+const RetryDelayMax = 5 * time.Minute
