@@ -226,6 +226,9 @@ func (p *pool) take(ctx context.Context, ex Executor, session string, n int, wai
 				return got
 			}
 		} else {
+			if !p.moreComing() {
+				return got
+			}
 			select {
 			case r = <-p.ready:
 			case <-time.After(takeLinger):
@@ -254,6 +257,23 @@ func (p *pool) take(ctx context.Context, ex Executor, session string, n int, wai
 // claim's batch goes out in one answer: the handlers of one claim start
 // within it. Longer, and every take at low load pays it.
 const takeLinger = 2 * time.Millisecond
+
+// moreComing says the consumer holds runs that are not parked yet, nor
+// with an executor, nor waiting for a retry: runs of a claim whose first
+// was just handed, on their way to the ready queue, or runs whose end is
+// being written. A take lingers for them only then: at low load a claim
+// brings one run, and its take answers at once.
+func (p *pool) moreComing() bool {
+	p.mu.Lock()
+	accounted := p.taken + len(p.ready)
+	for _, f := range p.failedLast {
+		if f.retried {
+			accounted++
+		}
+	}
+	p.mu.Unlock()
+	return p.consumer.Running() > accounted
+}
 
 // register and unregister keep the index of held runs by run id.
 func (g *Gateway) register(r *parked) {
