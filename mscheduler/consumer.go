@@ -504,6 +504,13 @@ func (c *Consumer[P, R]) Running() int { return c.eng.Running() }
 // Capacity is the most runs this consumer holds at once.
 func (c *Consumer[P, R]) Capacity() int { return c.eng.Capacity() }
 
+// Holding is how many slots this consumer has taken: the runs it holds,
+// until their ends are written, and, while a claim is under way, every
+// slot that claim is for. It is at least Running. A front end that hands
+// claimed runs on (the HTTP gateway) knows from it that runs of a claim
+// are still on their way to its handler.
+func (c *Consumer[P, R]) Holding() int { return c.eng.Holding() }
+
 // Wake makes the consumer look for claimable tasks now, as a change
 // stream event or its own run ends do; with ClaimDemand, call it when the
 // demand rises.

@@ -226,13 +226,17 @@ func (p *pool) take(ctx context.Context, ex Executor, session string, n int, wai
 				return got
 			}
 		} else {
-			if !p.moreComing() {
-				return got
-			}
 			select {
 			case r = <-p.ready:
-			case <-time.After(takeLinger):
-				return got
+			default:
+				if !p.moreComing() {
+					return got
+				}
+				select {
+				case r = <-p.ready:
+				case <-time.After(takeLinger):
+					return got
+				}
 			}
 		}
 		if ctx.Err() != nil { // the taker went away as the run came: leave it for the next
@@ -258,9 +262,10 @@ func (p *pool) take(ctx context.Context, ex Executor, session string, n int, wai
 // within it. Longer, and every take at low load pays it.
 const takeLinger = 2 * time.Millisecond
 
-// moreComing says the consumer holds runs that are not parked yet, nor
-// with an executor, nor waiting for a retry: runs of a claim whose first
-// was just handed, on their way to the ready queue, or runs whose end is
+// moreComing says the consumer holds slots for runs that are not parked
+// yet, nor with an executor, nor waiting for a retry: runs of a claim
+// whose first was just handed, on their way to the ready queue (its slots
+// are all held until the claim's runs have started), or runs whose end is
 // being written. A take lingers for them only then: at low load a claim
 // brings one run, and its take answers at once.
 func (p *pool) moreComing() bool {
@@ -272,7 +277,7 @@ func (p *pool) moreComing() bool {
 		}
 	}
 	p.mu.Unlock()
-	return p.consumer.Running() > accounted
+	return p.consumer.Holding() > accounted
 }
 
 // register and unregister keep the index of held runs by run id.

@@ -188,6 +188,10 @@ func (c *Engine) claimAvailable(ctx context.Context, st *claimState) {
 		st.backlog = err == nil && !done
 		c.backlog.Store(st.backlog)
 		c.viewMayBeStale(st, len(won) > 0)
+		// The slots of statements that won nothing go back before the runs
+		// start: whoever watches Holding (a front end waiting for the rest
+		// of a claim) sees at once that no more runs are coming.
+		c.releaseSlots(k - len(won))
 		started := 0
 		for _, cl := range won {
 			if c.admit(cl.raw, cl.runID, st) {
@@ -197,7 +201,7 @@ func (c *Engine) claimAvailable(ctx context.Context, st *claimState) {
 		if started > 0 {
 			c.pinger.Kick()
 		}
-		c.releaseSlots(k - started)
+		c.releaseSlots(len(won) - started)
 		wonAny = wonAny || len(won) > 0
 		switch {
 		case err != nil:

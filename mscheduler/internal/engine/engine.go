@@ -335,6 +335,11 @@ func (c *Engine) Running() int {
 	return c.pinger.Len()
 }
 
+// Holding is how many slots this consumer has taken: its runs, until
+// their ends are written, and while a claim is under way, every slot it
+// claims for.
+func (c *Engine) Holding() int { return int(c.held.Load()) }
+
 // Capacity is the most runs this consumer holds at once.
 func (c *Engine) Capacity() int { return c.cfg.Capacity }
 
