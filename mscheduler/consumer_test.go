@@ -366,3 +366,34 @@ func TestFailedRunLetsAnotherWorkerTry(t *testing.T) {
 		t.Fatalf("task = %+v", st)
 	}
 }
+
+// TestHoldingCountsTheRunsHeld: while a handler runs, the consumer holds
+// its slot (Holding) and its run (Running); after Stop it holds none.
+func TestHoldingCountsTheRunsHeld(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[sum](t, coll, nil)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[sum]{Key: "held", Params: sum{1, 1}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	c := startConsumer(t, coll, func(ctx context.Context, task *mscheduler.Task[sum]) (int, error) {
+		close(started)
+		<-release
+		return 2, nil
+	}, fastConfig("w1", mschedulertest.NewEvents()))
+	select {
+	case <-started:
+	case <-time.After(time.Minute):
+		t.Fatal("the handler did not start within a minute")
+	}
+	if c.Running() != 1 || c.Holding() != 1 {
+		t.Errorf("with one handler running: Running %d, Holding %d, want 1 and 1", c.Running(), c.Holding())
+	}
+	close(release)
+	if err := c.Stop(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if c.Running() != 0 || c.Holding() != 0 {
+		t.Errorf("after Stop: Running %d, Holding %d, want 0 and 0", c.Running(), c.Holding())
+	}
+}
