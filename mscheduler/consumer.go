@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/mscheduler/mscheduler/mscheduler/internal/engine"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/engine"
 )
 
 // Handler executes one run of a task. It returns the run's result, stored in

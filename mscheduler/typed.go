@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"runtime/debug"
 
-	"github.com/mscheduler/mscheduler/mscheduler/internal/engine"
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/engine"
 )
 
 // typedPrepare is the typed layer of a Consumer: it decodes a claimed

@@ -35,7 +35,13 @@ type pool struct {
 func (p *pool) demand() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := p.taken + p.waiting
+	return p.taken + p.waiting + p.retrying()
+}
+
+// retrying counts the runs held through a retry delay for a taker (see
+// untake). The caller holds p.mu.
+func (p *pool) retrying() int {
+	n := 0
 	for _, f := range p.failedLast {
 		if f.retried {
 			n++
@@ -225,19 +231,8 @@ func (p *pool) take(ctx context.Context, ex Executor, session string, n int, wai
 			case <-p.g.stopCh:
 				return got
 			}
-		} else {
-			select {
-			case r = <-p.ready:
-			default:
-				if !p.moreComing() {
-					return got
-				}
-				select {
-				case r = <-p.ready:
-				case <-time.After(takeLinger):
-					return got
-				}
-			}
+		} else if r = p.another(); r == nil {
+			return got
 		}
 		if ctx.Err() != nil { // the taker went away as the run came: leave it for the next
 			select {
@@ -270,14 +265,28 @@ const takeLinger = 2 * time.Millisecond
 // brings one run, and its take answers at once.
 func (p *pool) moreComing() bool {
 	p.mu.Lock()
-	accounted := p.taken + len(p.ready)
-	for _, f := range p.failedLast {
-		if f.retried {
-			accounted++
-		}
-	}
+	accounted := p.taken + len(p.ready) + p.retrying()
 	p.mu.Unlock()
 	return p.consumer.Holding() > accounted
+}
+
+// another is a further run for a take that has some: one parked already,
+// or one of a claim on its way within takeLinger; nil when none comes.
+func (p *pool) another() *parked {
+	select {
+	case r := <-p.ready:
+		return r
+	default:
+	}
+	if !p.moreComing() {
+		return nil
+	}
+	select {
+	case r := <-p.ready:
+		return r
+	case <-time.After(takeLinger):
+		return nil
+	}
 }
 
 // register and unregister keep the index of held runs by run id.

@@ -209,7 +209,7 @@ func (c *Engine) decodeClaimed(raw bson.Raw) (*stored.Task, *Run, CallFunc, *sto
 		ID: h.Run, WorkerID: workerID, StartedAt: h.Started, PlannedAt: stored.TimeOf(doc.Planned()),
 		Status: doc.Status, Succeeded: doc.Succeeded, FailedRuns: doc.FailedRuns,
 	}
-	call, err := c.prepareCall(doc, run)
+	call, err := c.cfg.Prepare(doc, run)
 	if err != nil {
 		return nil, nil, nil, &stored.Problem{Field: stored.FParams, Reason: err.Error()}
 	}

@@ -30,14 +30,13 @@ import (
 )
 
 // Engine claims, leases and executes runs, and writes their ends: a
-// consumer, with params and results as BSON. Its prepare, set by the typed
-// layer, turns a claimed task into the call of its handler.
+// consumer, with params and results as BSON. Config.Prepare, its front
+// end's, turns a claimed task into the call of its handler.
 type Engine struct {
-	coll        *mongo.Collection
-	prepareCall PrepareFunc
-	cfg         *Config
-	clock       *serverclock.Clock
-	log         *slog.Logger
+	coll  *mongo.Collection
+	cfg   *Config
+	clock *serverclock.Clock
+	log   *slog.Logger
 
 	slots *semaphore.Weighted // one unit per run, from its claim until its end is written
 	// held counts the slots taken: raised by the claim loop, lowered by
@@ -109,20 +108,18 @@ type Engine struct {
 
 // New returns the engine of a consumer of coll, configured by cfg (its
 // defaults applied and checked by the caller). It does no I/O.
-func New(coll *mongo.Collection, cfg *Config) *Engine {
-	c := cfg
+func New(coll *mongo.Collection, c *Config) *Engine {
 	con := &Engine{
 		// Claims, run ends and pings read what they just wrote: only the
 		// primary has it for sure.
-		coll:        coll.Clone(options.Collection().SetWriteConcern(c.WriteConcern).SetReadPreference(readpref.Primary())),
-		prepareCall: c.Prepare,
-		cfg:         c,
-		clock:       serverclock.New(c.Clock, c.Monotonic, c.ClockSyncInterval),
-		log:         c.Logger.With("worker_id", c.WorkerID, "collection", coll.Name()),
-		slots:       semaphore.NewWeighted(int64(c.Capacity)),
-		wakeCh:      make(chan struct{}, 1),
-		slotFreed:   make(chan struct{}, 1),
-		reannounce:  make(chan struct{}, 1),
+		coll:       coll.Clone(options.Collection().SetWriteConcern(c.WriteConcern).SetReadPreference(readpref.Primary())),
+		cfg:        c,
+		clock:      serverclock.New(c.Clock, c.Monotonic, c.ClockSyncInterval),
+		log:        c.Logger.With("worker_id", c.WorkerID, "collection", coll.Name()),
+		slots:      semaphore.NewWeighted(int64(c.Capacity)),
+		wakeCh:     make(chan struct{}, 1),
+		slotFreed:  make(chan struct{}, 1),
+		reannounce: make(chan struct{}, 1),
 	}
 	mono := monotonicNow(c.Monotonic)
 	con.limiter = pressure.New(c.Capacity, mono, con.pressureChanged)

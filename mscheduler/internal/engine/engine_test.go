@@ -35,17 +35,17 @@ func (f *rawFront) prepare(doc *stored.Task, run *engine.Run) (engine.CallFunc, 
 		f.mu.Lock()
 		f.params[doc.Key] = doc.Params
 		f.mu.Unlock()
-		return bson.RawValue{Type: bson.TypeString, Value: bsoncoreString("done by " + run.WorkerID)}, nil
+		return stringValue("done by " + run.WorkerID), nil
 	}, nil
 }
 
-// bsoncoreString is s as the value of a BSON string element.
-func bsoncoreString(s string) []byte {
-	_, v, err := bson.MarshalValue(s)
+// stringValue is s as a BSON value.
+func stringValue(s string) bson.RawValue {
+	t, v, err := bson.MarshalValue(s)
 	if err != nil {
 		panic(err)
 	}
-	return v
+	return bson.RawValue{Type: t, Value: v}
 }
 
 // plainDocuments is what a front end that knows no plans and no schema

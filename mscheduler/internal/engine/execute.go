@@ -23,20 +23,9 @@ import (
 // has already taken the run's slot; the goroutine gives it back once the
 // run's end is written.
 func (c *Engine) startRun(doc *stored.Task, j *job, claimLatency time.Duration) {
-	h := doc.Holders[c.cfg.WorkerID]
 	ctx, cancel := context.WithCancelCause(c.workCtx)
-	r := &lease.Run{
-		Key:           doc.Key,
-		ID:            doc.RawID,
-		RunID:         h.Run,
-		Started:       h.Started,
-		Cancel:        cancel,
-		SoleHolder:    doc.Running == 1,
-		PingInterval:  stored.FromMS(doc.PingIntervalMS),
-		WorkerTimeout: stored.FromMS(doc.WorkerTimeoutMS),
-		Doc:           doc,
-	}
-	r.SetLease(taskstate.EffectiveLease(h, stored.FromMS(doc.WorkerTimeoutMS)))
+	r := c.leasedRun(doc)
+	r.Cancel = cancel
 	c.emit(Event{Kind: EventClaimed, Key: r.Key, RunID: r.RunID, Planned: stored.TimeOf(doc.Planned()), Latency: claimLatency})
 	c.log.Debug("claimed", "key", r.Key, "run_id", r.RunID)
 	c.pinger.Add(r)
@@ -50,6 +39,24 @@ func (c *Engine) startRun(doc *stored.Task, j *job, claimLatency time.Duration) 
 		defer cancel(nil)
 		c.execute(ctx, r, j)
 	}()
+}
+
+// leasedRun is this worker's run of a claimed task, as the pinger keeps
+// it leased: its lease the claim's, or shorter (see EffectiveLease).
+func (c *Engine) leasedRun(doc *stored.Task) *lease.Run {
+	h := doc.Holders[c.cfg.WorkerID]
+	r := &lease.Run{
+		Key:           doc.Key,
+		ID:            doc.RawID,
+		RunID:         h.Run,
+		Started:       h.Started,
+		SoleHolder:    doc.Running == 1,
+		PingInterval:  stored.FromMS(doc.PingIntervalMS),
+		WorkerTimeout: stored.FromMS(doc.WorkerTimeoutMS),
+		Doc:           doc,
+	}
+	r.SetLease(taskstate.EffectiveLease(h, stored.FromMS(doc.WorkerTimeoutMS)))
+	return r
 }
 
 // job is a claimed run as its goroutine executes it: the handler's call,

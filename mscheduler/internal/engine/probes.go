@@ -70,7 +70,7 @@ func ReadClaims(ctx context.Context, coll *mongo.Collection, keys, runIDs []stri
 // does before it runs it, through the gate of docs and the typed layer's
 // prepare.
 func DecodeClaimed(raw bson.Raw, workerID string, docs Documents, prepare PrepareFunc) (*stored.Task, *Run, *stored.Problem) {
-	e := &Engine{cfg: &Config{WorkerID: workerID, Documents: docs}, prepareCall: prepare}
+	e := &Engine{cfg: &Config{WorkerID: workerID, Documents: docs, Prepare: prepare}}
 	doc, run, _, prob := e.decodeClaimed(raw)
 	return doc, run, prob
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/serverclock"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
-	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
 // Stepper drives an engine a step at a time, with no goroutine of its
@@ -76,11 +75,7 @@ func (s *Stepper) admit(raw bson.Raw, runID string) *lease.Run {
 	if !s.e.planGate(doc) {
 		return nil
 	}
-	h := doc.Holders[s.e.cfg.WorkerID]
-	r := &lease.Run{Key: doc.Key, ID: doc.RawID, RunID: h.Run, Started: h.Started, Doc: doc, SoleHolder: doc.Running == 1,
-		PingInterval: stored.FromMS(doc.PingIntervalMS), WorkerTimeout: stored.FromMS(doc.WorkerTimeoutMS)}
-	r.SetLease(taskstate.EffectiveLease(h, stored.FromMS(doc.WorkerTimeoutMS)))
-	return r
+	return s.e.leasedRun(doc)
 }
 
 // End writes the end of run r with outcome, as a run's goroutine does. It
@@ -129,7 +124,7 @@ func (s *Stepper) endOf(r *lease.Run, outcome stored.Outcome) *runend.End {
 func (s *Stepper) Execute(ctx context.Context, r *lease.Run) error {
 	h := r.Doc.Holders[s.e.cfg.WorkerID]
 	run := &Run{ID: r.RunID, WorkerID: s.e.cfg.WorkerID, StartedAt: h.Started}
-	call, err := s.e.prepareCall(r.Doc, run)
+	call, err := s.e.cfg.Prepare(r.Doc, run)
 	if err != nil {
 		return err
 	}
