@@ -30,7 +30,7 @@ type claimLog struct {
 }
 
 type claimEntry struct {
-	kind string // "candidates", "findAndModify", "batch", "announce" or "next due"
+	kind string // "candidates", "findAndModify", "batch", "announce", "look" or "next due"
 	at   time.Time
 	keys []string // a batch's
 }
@@ -41,6 +41,7 @@ func (l *claimLog) monitor() *event.CommandMonitor {
 	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
 		entry := claimEntry{at: time.Now()}
 		id, _ := e.Command.Lookup("query", "_id").StringValueOK()
+		looked, _ := e.Command.Lookup("filter", "_id").StringValueOK()
 		switch {
 		case e.CommandName == "find" && e.Command.Lookup("sort", "priority").Type != 0 && e.Command.Lookup("filter", "free").Type != 0:
 			if limit, _ := e.Command.Lookup("limit").AsInt64OK(); limit == 1 {
@@ -53,6 +54,8 @@ func (l *claimLog) monitor() *event.CommandMonitor {
 			entry.kind = "findAndModify"
 		case e.CommandName == "findAndModify" && id == "consumers":
 			entry.kind = "announce"
+		case e.CommandName == "find" && looked == "consumers":
+			entry.kind = "look"
 		case e.CommandName == "update":
 			statements, _ := e.Command.Lookup("updates").Array().Values()
 			for _, st := range statements {
@@ -339,6 +342,65 @@ func TestFirstClaimAnnouncesAgain(t *testing.T) {
 	// brought forward.
 	if gap := announces[1].Sub(announces[0]); gap < mscheduler.ReannounceGap*9/10 || gap > mscheduler.AnnounceSoon*7/10 {
 		t.Errorf("the second announce came %v after the first, want from %v to %v", gap, mscheduler.ReannounceGap*9/10, mscheduler.AnnounceSoon*7/10)
+	}
+}
+
+// TestFirstWorkLooksAtThePeersAgain: consumers started together announce
+// themselves one after the other, each knowing only of those before it.
+// The first batch read that finds work therefore looks at the consumers
+// alive again before it chooses: here two peers (that never claim)
+// announce after w1 did, and w1's first batch takes only its share among
+// three, where by its announce it was alone and would take any.
+func TestFirstWorkLooksAtThePeersAgain(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	log := newClaimLog()
+	client := mschedulertest.NewClient(t, options.Client().SetMonitor(log.monitor()))
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w1", ev)
+	cfg.Capacity, cfg.PollInterval = 8, time.Minute
+	g := make(gate)
+	c := startConsumer(t, dbCollection(client, coll), g.handler, cfg)
+	t.Cleanup(func() { close(g) }) // before the consumer stops
+	log.waitCount(t, 1, "announce")
+
+	// Within ReannounceGap of w1's announce, so that no announce of w1's
+	// learns of them before its first batch.
+	peers := bson.D{{Key: "$set", Value: bson.D{{Key: "seen.w0", Value: time.Now()}, {Key: "seen.w2", Value: time.Now()}}}}
+	if _, err := coll.Database().Collection(coll.Name()+".meta").UpdateOne(ctxT(t), bson.D{{Key: "_id", Value: "consumers"}}, peers); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.PublishMany(ctxT(t), numbered(30), nil); err != nil {
+		t.Fatal(err)
+	}
+	c.Wake()
+	ev.WaitCount(t, mscheduler.EventClaimed, cfg.Capacity)
+
+	// w1's share among three holds 10 of the 30 tasks, more than its slots:
+	// choosing by the look, it claims no task of another share (those wait
+	// to be passed over, and are not needed).
+	entries := log.snapshot()
+	first := slices.IndexFunc(entries, func(e claimEntry) bool { return e.kind == "batch" })
+	if first < 0 {
+		t.Fatalf("no batch claim: %v", entries)
+	}
+	if looks := slices.IndexFunc(entries[:first], func(e claimEntry) bool { return e.kind == "look" }); looks < 0 {
+		t.Errorf("no look at the consumers alive before the first batch: %v", entries[:first])
+	}
+	if announces := slices.DeleteFunc(slices.Clone(entries), func(e claimEntry) bool { return e.kind != "announce" }); len(announces) != 1 {
+		t.Fatalf("%d announces by the last claim, want 1: the test ran too slowly to tell a look from an announce", len(announces))
+	}
+	var claimed []string
+	for _, e := range entries {
+		claimed = append(claimed, e.keys...)
+	}
+	if len(claimed) != cfg.Capacity {
+		t.Fatalf("batches claimed %v, want all %d runs claimed by batches", claimed, cfg.Capacity)
+	}
+	for _, key := range claimed {
+		if share := mscheduler.ShareOf(key, 3); share != 1 {
+			t.Errorf("w1 claimed %s, of share %d among 3, not its own (1): it chose as if alone (claimed %v)", key, share, claimed)
+		}
 	}
 }
 

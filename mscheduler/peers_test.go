@@ -311,3 +311,50 @@ func TestJoiningConsumersDoNotAllSweepAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepsSpreadByThePeersAliveNow: a consumer's next sweep is spread by
+// the consumers alive when it comes due, not when the last sweep ran. w0,
+// alone at start, sweeps at once and then about every SweepInterval; once
+// it learns of nine more consumers (PollBudget 1), its next sweep moves
+// out to about ten intervals after its last, where it came one interval
+// after it when the last sweep's view set it.
+func TestSweepsSpreadByThePeersAliveNow(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	newProducer[int](t, coll, nil) // indexes
+	l := newIdleLog()
+	client := mschedulertest.NewClient(t, options.Client().SetMonitor(l.monitor()))
+	cfg := fastConfig("w0", mschedulertest.NewEvents())
+	cfg.PollInterval, cfg.SweepInterval, cfg.PollBudget, cfg.MaintenanceInterval = time.Minute, time.Second, 1, 2*time.Second
+	startConsumer(t, dbCollection(client, coll), noop, cfg)
+	l.waitUntil(t, "w0's first sweep", func(l *idleLog) bool { return len(l.sweeps) > 0 })
+
+	// Nine peers that never claim, seen again and again so that they stay
+	// alive; w0 learns of them at its next announce.
+	meta := coll.Database().Collection(coll.Name() + ".meta")
+	seePeers := func() {
+		var seen bson.D
+		for i := 1; i <= 9; i++ {
+			seen = append(seen, bson.E{Key: fmt.Sprintf("seen.p%d", i), Value: time.Now()})
+		}
+		if _, err := meta.UpdateOne(ctxT(t), bson.D{{Key: "_id", Value: "consumers"}}, bson.D{{Key: "$set", Value: seen}}); err != nil {
+			t.Error(err)
+		}
+	}
+	seePeers()
+	l.waitUntil(t, "w0 to learn of 10 consumers", func(l *idleLog) bool { return l.peers >= 10 })
+	l.mu.Lock()
+	learnt, lastSweep := time.Now(), l.sweeps[len(l.sweeps)-1]
+	l.mu.Unlock()
+
+	// One interval and a half after the view changed, the sweep due one
+	// interval (±20%) after the last would have come. No wait on an event
+	// can show that something does not happen: this one is bounded.
+	<-time.After(cfg.SweepInterval * 3 / 2)
+	seePeers()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.sweeps); l.sweeps[n-1].After(learnt) {
+		t.Errorf("w0 swept %v after it learnt of 10 consumers (its last sweep before, %v before), want none for about %v",
+			l.sweeps[n-1].Sub(learnt), learnt.Sub(lastSweep), 10*cfg.SweepInterval)
+	}
+}

@@ -170,6 +170,9 @@ func (c *Engine) chooseCandidates(ctx context.Context, st *claimState, k int, no
 	if err != nil {
 		return nil, false, err // the spares are gone already: take found too few
 	}
+	if len(cands) > 0 {
+		c.lookAtPeers(ctx, st)
+	}
 	read, wait := time.Now(), c.passOverWait(st)
 	st.passOver.See(cands, st.peers, st.rank, read)
 	var passed func(claimchoice.Candidate) bool // fewer tasks than consumers: little to collide on, none waits
@@ -217,10 +220,13 @@ const minSpareRead = 16
 // of this consumer's share: only its share is kept, a peers-th of what it
 // reads, so that with many consumers a read sized for one consumer served
 // one claim or two, and the candidate reads (each a scan on a server
-// without indexes) grew with the consumers for the same work. Capped at
-// maxSpareRead candidates per read.
+// without indexes) grew with the consumers for the same work. Eight, not
+// four: while a backlog lasts, a consumer reads about half as often, and
+// what it reads per task it runs (about peers candidates, a peers-th of
+// them its own) stays what it was. Capped at maxSpareRead candidates per
+// read.
 const (
-	spareClaims  = 4
+	spareClaims  = 8
 	maxSpareRead = 1024
 )
 

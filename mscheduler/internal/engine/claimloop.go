@@ -86,6 +86,7 @@ type claimState struct {
 	// applied them. Each is looked for until found (and released) or gone.
 	unconfirmed []string
 	workFound   bool // a claim found work waiting before
+	peersLooked bool // lookAtPeers looked already
 	lostTasks   bool // the last claim lost tasks to other consumers
 	// peers is how many consumers of the collection were alive at the
 	// last announce, this one included, and rank this one's place among
@@ -123,8 +124,11 @@ func (c *Engine) pollInterval() time.Duration {
 
 // jitter spreads d by ±20%.
 func jitter(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+	return time.Duration(float64(d) * jitterFactor())
 }
+
+// jitterFactor is a random factor from 0.8 to 1.2.
+func jitterFactor() float64 { return 0.8 + 0.4*rand.Float64() }
 
 func (c *Engine) untilNextWake(st *claimState) time.Duration {
 	now := c.clock.Now()

@@ -61,8 +61,8 @@ type Engine struct {
 	// leader says this consumer held the maintenance lease at its last
 	// try; written by the upkeep loop, read by anyone.
 	leader atomic.Bool
-	// peerView is the last announce's view of the consumers alive
-	// (nil before the first); see view.
+	// peerView is the newest view of the consumers alive (nil before the
+	// first announce); see view and storeView.
 	peerView atomic.Pointer[peerView]
 	// reannounce, buffered 1: the claim loop asks the upkeep loop for an
 	// announce soon.

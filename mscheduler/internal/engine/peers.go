@@ -1,6 +1,9 @@
 package engine
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Idle workers poll, look for the next due task and sweep on timers, so
 // that without a change stream N of them would cost the server N times
@@ -40,6 +43,32 @@ func (c *Engine) viewMayBeStale(st *claimState, won bool) {
 		c.askReannounce()
 	}
 	st.lostTasks = false
+}
+
+// lookAtPeers reads the consumers alive again, once, when the first claim
+// read that found work comes back, and chooses by what it says. Consumers
+// started together announce one after the other, each knowing only of
+// those before it: their first reads chose by counts of peers from 1 to
+// N, the shares moved at their next announces, and the spares of those
+// reads were dropped and read again (a scan each on a server without
+// indexes) while claims of the moved shares lost their tasks to one
+// another. By the time a read comes back, the others have announced. The
+// view looked at is kept for the upkeep loop too (see storeView); on an
+// error the announced view stands.
+func (c *Engine) lookAtPeers(ctx context.Context, st *claimState) {
+	if st.peersLooked {
+		return
+	}
+	st.peersLooked = true
+	sent := time.Now()
+	view, ok, err := c.peers.Look(ctx, c.aliveWindow(c.clock.Now()))
+	if err != nil || !ok {
+		c.log.Debug("kept the announced view of the consumers alive", "error", err)
+		return
+	}
+	c.commandTook(time.Since(sent))
+	c.storeView(peerView{alive: max(view.Alive, 1), rank: view.Rank, asOf: sent})
+	st.adoptView(c.view())
 }
 
 // spreadOut stretches an interval d by peers/PollBudget, when more than

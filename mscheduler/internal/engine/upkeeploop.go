@@ -19,6 +19,13 @@ import (
 
 // upkeepState belongs to the upkeep loop goroutine alone.
 type upkeepState struct {
+	// sweptAt is when the last sweep ended (at start, when the upkeep
+	// began), sweepSpan how many spread-out sweep intervals after it the
+	// next is due, and sweepNext, when set, the first lease the last sweep
+	// saw to lapse: see sweepDue, which sets sweepAt from them.
+	sweptAt    time.Time
+	sweepSpan  float64
+	sweepNext  time.Time
 	sweepAt    time.Time
 	sweepSkips upkeep.SweepSkips
 	checkAt    time.Time
@@ -33,11 +40,28 @@ type upkeepState struct {
 	peersGone []string
 }
 
-// peerView is what the last announce learnt of the consumers alive: how
-// many (this one included) and this one's place among them. Written by
-// the upkeep loop (and Start), read by the claim loop.
+// peerView is what the newest announce or look learnt of the consumers
+// alive: how many (this one included) and this one's place among them, as
+// of when its command was sent (monotonic). Written by the upkeep loop
+// (and Start) at each announce and by the claim loop at its look (see
+// lookAtPeers), newest first; read by both.
 type peerView struct {
 	alive, rank int
+	asOf        time.Time
+}
+
+// storeView keeps v unless a newer view was stored meanwhile: an announce
+// and a look may cross.
+func (c *Engine) storeView(v peerView) {
+	for {
+		old := c.peerView.Load()
+		if old != nil && old.asOf.After(v.asOf) {
+			return
+		}
+		if c.peerView.CompareAndSwap(old, &v) {
+			return
+		}
+	}
 }
 
 // upkeepLoop runs the upkeep until ctx is done. The first announce was
@@ -100,7 +124,7 @@ func (c *Engine) announce(ctx context.Context, st *upkeepState) error {
 		return err
 	}
 	c.commandTook(time.Since(start))
-	c.peerView.Store(&peerView{alive: view.Alive, rank: view.Rank})
+	c.storeView(peerView{alive: view.Alive, rank: view.Rank, asOf: start})
 	st.peersGone = view.Gone
 	return nil
 }
@@ -127,41 +151,58 @@ func (c *Engine) announceIfDue(ctx context.Context, st *upkeepState) {
 	}
 }
 
-// sweepIfDue runs a sweep when its time has come.
+// sweepIfDue runs a sweep when its time has come (see sweepDue).
 func (c *Engine) sweepIfDue(ctx context.Context, st *upkeepState) {
 	now := c.clock.Now()
-	if spread := c.spreadOut(c.cfg.SweepInterval, c.view().alive); st.sweepAt.IsZero() && spread > c.cfg.SweepInterval {
-		st.sweepAt = now.Add(firstSweepAfter(spread))
+	if st.sweptAt.IsZero() {
+		c.planFirstSweep(st, now)
 	}
-	if now.Before(st.sweepAt) {
+	if st.sweepAt = c.sweepDue(st); now.Before(st.sweepAt) {
 		return
 	}
-	interval := jitter(c.spreadOut(c.cfg.SweepInterval, c.view().alive))
-	st.sweepAt = now.Add(interval)
+	st.sweptAt, st.sweepSpan, st.sweepNext = now, jitterFactor(), time.Time{}
 	start := time.Now()
-	next, err := c.upkeep.Sweep(ctx, &st.sweepSkips, now, st.sweepAt)
+	next, err := c.upkeep.Sweep(ctx, &st.sweepSkips, now, c.sweepDue(st))
 	// For a person asking why a lapsed lease stayed: when sweeps ran and
 	// how long they took.
 	c.log.Debug("swept", "took", time.Since(start).Round(time.Millisecond), "error", err)
 	// The interval counts from the sweep's end: on a slow server, sweeps
 	// back to back would be most of the load.
-	st.sweepAt = c.clock.Now().Add(interval)
+	st.sweptAt = c.clock.Now()
 	if err != nil {
 		c.loopError(ctx, err)
-		return
+	} else {
+		st.sweepNext = next
 	}
-	if !next.IsZero() && next.Before(st.sweepAt) {
-		st.sweepAt = next
-	}
+	st.sweepAt = c.sweepDue(st)
 }
 
-// firstSweepAfter is when a consumer that joins more than PollBudget of
-// them sweeps first: at a random point of its spread-out interval, as if
+// sweepDue is when the next sweep is due: a span of SweepInterval spread
+// out by the consumers alive now (see spreadOut) after the last, or the
+// first lease the last sweep saw to lapse, if sooner. Spread by the
+// consumers alive now, not when the last sweep ran: consumers started
+// together each learn of the others one announce at a time, and those
+// that swept first knowing of few would otherwise go on sweeping as if
+// they were few until their next sweep.
+func (c *Engine) sweepDue(st *upkeepState) time.Time {
+	spread := c.spreadOut(c.cfg.SweepInterval, c.view().alive)
+	at := st.sweptAt.Add(time.Duration(st.sweepSpan * float64(spread)))
+	if !st.sweepNext.IsZero() && st.sweepNext.Before(at) {
+		return st.sweepNext
+	}
+	return at
+}
+
+// planFirstSweep has a consumer sweep at once, or, if it joins more than
+// PollBudget of them, at a random point of its spread-out interval, as if
 // it had been sweeping all along. Consumers started together each swept
 // at once, a scan each on a server without indexes, while those alive
 // before them had the collection swept within SweepInterval anyway.
-func firstSweepAfter(interval time.Duration) time.Duration {
-	return time.Duration(rand.Int64N(int64(interval)))
+func (c *Engine) planFirstSweep(st *upkeepState, now time.Time) {
+	st.sweptAt, st.sweepSpan = now, 0
+	if c.spreadOut(c.cfg.SweepInterval, c.view().alive) > c.cfg.SweepInterval {
+		st.sweepSpan = rand.Float64()
+	}
 }
 
 // maintainIfDue takes or renews the maintenance lease when its time has

@@ -91,6 +91,22 @@ func (r *Registry) Announce(ctx context.Context, now time.Time, alive Window) (V
 	return view, nil
 }
 
+// Look reads what the consumers document says of the consumers alive,
+// without announcing this one: one read. ok is false when the document
+// does not count this consumer alive (not announced, or forgotten), so
+// that it says nothing of this consumer's rank.
+func (r *Registry) Look(ctx context.Context, alive Window) (view View, ok bool, err error) {
+	raw, err := r.Meta.FindOne(ctx, bson.D{{Key: stored.FID, Value: r.docID()}}).Raw()
+	if err != nil {
+		return View{Alive: 1}, false, fmt.Errorf("mscheduler: look at the consumers alive: %w", err)
+	}
+	at, seen := raw.Lookup("seen", r.WorkerID).TimeOK()
+	if !seen || !alive.holds(at) {
+		return View{Alive: 1}, false, nil
+	}
+	return CountPeers(raw, alive, r.WorkerID), true, nil
+}
+
 // seenIsDocument says the consumers document could be read and its seen
 // is a document (or missing): a refusal was not about its shape.
 func (r *Registry) seenIsDocument(ctx context.Context, filter bson.D) bool {
