@@ -178,6 +178,56 @@ func TestTwoSecondServerKeepsEveryLease(t *testing.T) {
 	}
 }
 
+// TestTwoSecondServerKeepsLeasesOfTasksClaimedWithAReadBack: as above,
+// but the tasks have concurrency 2 (two runs each), whose batch claims
+// need a read back:
+// the write and the read back would take 4 s of the 5 s lease before the
+// first ping (2 s more) could land. The worker claims them one by one with
+// a findAndModify instead, whose reply is the task as claimed, and keeps
+// every lease.
+func TestTwoSecondServerKeepsLeasesOfTasksClaimedWithAReadBack(t *testing.T) {
+	t.Parallel() // it waits on the delay most of its minute
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	keys := []string{"c-0", "c-1"}
+	for _, key := range keys {
+		task := mscheduler.Task[int]{Key: key, Concurrency: 2, WorkerIDs: []string{"slow"}, PingInterval: 2 * time.Second, WorkerTimeout: 5 * time.Second, MaxFailedRuns: 1}
+		if _, err := p.Publish(ctxT(t), task, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counter := newRunCounter()
+	handler := func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+		defer counter.begin(task.Key)()
+		select {
+		case <-time.After(6 * time.Second):
+			return 1, nil
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		}
+	}
+	ev := mschedulertest.NewEvents()
+	slow := fastConfig("slow", ev)
+	slow.Capacity = 4
+	slow.Logger = logOnFailure(t)
+	startConsumer(t, dbCollection(slowClient(t, mschedulertest.FixedDelay(2*time.Second)), coll), handler, slow)
+	watch := fastConfig("watching", ev)
+	watch.SweepInterval = 100 * time.Millisecond
+	startConsumer(t, coll, handler, watch)
+
+	// Two successful runs complete a task of concurrency 2, one after the
+	// other here: a worker never holds two runs of one task.
+	ev.WaitCountWithin(t, 2*time.Minute, mscheduler.EventSucceeded, 2*len(keys))
+	for _, key := range keys {
+		if calls, _ := counter.counts(key); calls != 2 {
+			t.Errorf("%s: handler ran %d times, want twice", key, calls)
+		}
+	}
+	if n := ev.Count(mscheduler.EventExpired) + ev.Count(mscheduler.EventLeaseLost); n != 0 {
+		t.Errorf("%d leases expired or lost on a server answering in 2 s", n)
+	}
+}
+
 // logOnFailure is a logger whose records (INFO and above) are written to
 // the test's log if it fails.
 func logOnFailure(t *testing.T) *slog.Logger {

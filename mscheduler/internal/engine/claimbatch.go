@@ -53,6 +53,25 @@ func shortestLease(cands []claimchoice.Candidate) time.Duration {
 	return out
 }
 
+// readBackRounds is how many round trips a claim that needs a read back
+// takes before its runs' first pings can land: the write, the read back
+// and the ping.
+const readBackRounds = 3
+
+// readBackTooSlow says the chosen candidates need a read back (see
+// claimedAsRead) that the server is too slow for: readBackRounds round
+// trips, each as slow as the slowest of late, would not fit in the
+// shortest of their leases.
+func (c *Engine) readBackTooSlow(chosen []claimchoice.Candidate) bool {
+	needed := slices.ContainsFunc(chosen, func(cd claimchoice.Candidate) bool { return !cd.Exact })
+	return needed && !c.limiter.Affords(readBackRounds, shortestLease(chosen))
+}
+
+// exactOnly is the candidates that can be claimed without a read back.
+func exactOnly(cands []claimchoice.Candidate) []claimchoice.Candidate {
+	return slices.DeleteFunc(slices.Clone(cands), func(cd claimchoice.Candidate) bool { return !cd.Exact })
+}
+
 // claimed is a run won by a claim: the task as claimed, and the run's id.
 type claimed struct {
 	raw   bson.Raw
@@ -77,6 +96,22 @@ func (c *Engine) claimBatch(ctx context.Context, st *claimState, k int) ([]claim
 		if cd.WorkerTimeoutMS > 0 {
 			st.leases.observe(stored.FromMS(cd.WorkerTimeoutMS))
 			c.limiter.KeepWithin(stored.FromMS(cd.WorkerTimeoutMS)) // before the claim's round trip is weighed
+		}
+	}
+	if c.readBackTooSlow(chosen) {
+		// The claim's write, its read back and the runs' first pings would
+		// not fit in their leases as slowly as the server answers now: the
+		// candidates that need no read back are claimed, or, if none, one
+		// slot by a findAndModify, whose reply is the task as claimed.
+		// Claimed anyway, the runs began with less lease left than a ping
+		// takes, and were lost at once.
+		c.log.Debug("server too slow for a claim's read back within the lease: claiming without one", "lease", shortestLease(chosen))
+		if chosen, tried = exactOnly(chosen), false; len(chosen) == 0 {
+			raw, runID, err := c.claimOne(ctx, st)
+			if err != nil || raw == nil {
+				return nil, err == nil, err
+			}
+			return []claimed{{raw: raw, runID: runID}}, false, nil
 		}
 	}
 	// The runs start now, not when the candidates were read: on a slow
@@ -166,10 +201,14 @@ func (c *Engine) claimBatch(ctx context.Context, st *claimState, k int) ([]claim
 // candidates of other shares to their consumers for a moment (see
 // passOver), it says until when in st.heldUntil.
 func (c *Engine) chooseCandidates(ctx context.Context, st *claimState, k int, now time.Time) ([]claimchoice.Candidate, bool, error) {
+	sent := time.Now()
 	cands, err := c.candidates(ctx, c.claimant(st, now).Due(now), candidateLimit(k, st.peers, c.cfg.ClaimSpareFor > 0))
 	if err != nil {
 		return nil, false, err // the spares are gone already: take found too few
 	}
+	// Weighed like the claim's own commands: a worker's first claim has
+	// no other round trip to judge its read back by (see readBackTooSlow).
+	c.commandTook(time.Since(sent))
 	if len(cands) > 0 {
 		c.lookAtPeers(ctx, st)
 	}

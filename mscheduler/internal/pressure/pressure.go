@@ -18,10 +18,14 @@
 // A second rule rests on the lease: a run claimed now is kept only if its
 // claim and first ping are answered within the shortest lease the worker
 // has seen; when the latency says they would not be, nothing new is
-// taken (the runs held are still renewed).
+// taken (the runs held are still renewed). And a claim that takes more
+// round trips before its runs' first pings asks Affords, which weighs the
+// slowest round trip of the window rather than the average: its runs'
+// leases count from its first command.
 package pressure
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -74,6 +78,7 @@ type Limiter struct {
 	limit    int
 	fast     time.Duration // 0 before the first sample
 	mins     [buckets]time.Duration
+	maxs     [buckets]time.Duration
 	bucketAt time.Time // start of the newest bucket, mins[0]
 	changed  time.Time
 	lease    time.Duration // the shortest lease to keep, 0 if unknown
@@ -102,6 +107,7 @@ func (l *Limiter) Observe(d time.Duration) {
 	if l.mins[0] == 0 || d < l.mins[0] {
 		l.mins[0] = d
 	}
+	l.maxs[0] = max(l.maxs[0], d)
 	if l.fast == 0 {
 		l.fast = d
 	} else {
@@ -119,7 +125,8 @@ func (l *Limiter) roll(now time.Time) {
 	width := BaselineWindow / buckets
 	for now.Sub(l.bucketAt) >= width {
 		copy(l.mins[1:], l.mins[:buckets-1])
-		l.mins[0] = 0
+		copy(l.maxs[1:], l.maxs[:buckets-1])
+		l.mins[0], l.maxs[0] = 0, 0
 		l.bucketAt = l.bucketAt.Add(width)
 		if now.Sub(l.bucketAt) > BaselineWindow { // idle for long: start afresh
 			l.bucketAt = now
@@ -225,6 +232,18 @@ func (l *Limiter) HeldBack() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.heldBack
+}
+
+// Affords says a run whose lease is lease, claimed now, can be claimed
+// and first pinged in rounds round trips within it, each as slow as the
+// slowest of the last BaselineWindow, with Floor to spare. With no round
+// trip seen yet, it does.
+func (l *Limiter) Affords(rounds int, lease time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.roll(l.now())
+	peak := slices.Max(l.maxs[:])
+	return lease <= 0 || time.Duration(rounds)*peak+Floor < lease
 }
 
 // Baseline is the lowest round trip of the last BaselineWindow.

@@ -113,3 +113,29 @@ func TestNoLeaseNoHalving(t *testing.T) {
 		t.Fatalf("30 s leases, 5 s round trips: limit %d, want halved", l.Limit())
 	}
 }
+
+// TestAffordsByTheSlowestRoundTrip: whether a claim and first ping of so
+// many round trips fit in a lease rests on the slowest round trip of the
+// window, not the average, and forgets it once the window has passed.
+func TestAffordsByTheSlowestRoundTrip(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	l := New(8, c.now, nil)
+	if !l.Affords(3, 2500*time.Millisecond) {
+		t.Fatal("with no round trip seen, a lease of 2.5 s is not afforded")
+	}
+	l.Observe(800 * time.Millisecond)
+	observeFor(l, c, 300*time.Millisecond, 100*time.Millisecond, 2*time.Second)
+	if l.Latency() >= 500*time.Millisecond {
+		t.Fatalf("average %v: the test wants it well below the peak", l.Latency())
+	}
+	if l.Affords(3, 2500*time.Millisecond) {
+		t.Error("3 round trips of the 800 ms peak and the floor afforded in 2.5 s")
+	}
+	if !l.Affords(2, 2500*time.Millisecond) {
+		t.Error("2 round trips of the 800 ms peak and the floor not afforded in 2.5 s")
+	}
+	observeFor(l, c, 300*time.Millisecond, 100*time.Millisecond, BaselineWindow+time.Second)
+	if !l.Affords(3, 2500*time.Millisecond) {
+		t.Error("the 800 ms peak still counts a window later")
+	}
+}
