@@ -139,14 +139,12 @@ func publishLeased(t *testing.T, coll *mongo.Collection, n int, worker string, i
 	return keys
 }
 
-// TestTwoSecondServerKeepsEveryLease: every command of the worker takes
-// 2 s, its tasks' leases are 5 s and its handlers run 6 s, so that each
-// run lives on pings alone. No lease is lost, no handler runs twice, and
-// every task succeeds at its first run; a second worker beside it, on a
-// fast path, sweeps every 100 ms and would expire any lease that lapsed.
-func TestTwoSecondServerKeepsEveryLease(t *testing.T) {
-	coll := mschedulertest.Collection(t)
-	keys := publishLeased(t, coll, 4, "slow", 2*time.Second, 5*time.Second, 1)
+// runOnTwoSecondServer starts worker "slow", of 4 slots, whose every
+// command takes 2 s, and beside it worker "watching", on a fast path,
+// which sweeps every 100 ms and would expire any lease that lapsed. Their
+// handlers run 6 s each, counted by key.
+func runOnTwoSecondServer(t *testing.T, coll *mongo.Collection) (*mschedulertest.Events, *runCounter) {
+	t.Helper()
 	counter := newRunCounter()
 	handler := func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
 		defer counter.begin(task.Key)()
@@ -165,6 +163,18 @@ func TestTwoSecondServerKeepsEveryLease(t *testing.T) {
 	watch := fastConfig("watching", ev)
 	watch.SweepInterval = 100 * time.Millisecond
 	startConsumer(t, coll, handler, watch)
+	return ev, counter
+}
+
+// TestTwoSecondServerKeepsEveryLease: every command of the worker takes
+// 2 s, its tasks' leases are 5 s and its handlers run 6 s, so that each
+// run lives on pings alone. No lease is lost, no handler runs twice, and
+// every task succeeds at its first run; a second worker beside it, on a
+// fast path, sweeps every 100 ms and would expire any lease that lapsed.
+func TestTwoSecondServerKeepsEveryLease(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	keys := publishLeased(t, coll, 4, "slow", 2*time.Second, 5*time.Second, 1)
+	ev, counter := runOnTwoSecondServer(t, coll)
 
 	ev.WaitCountWithin(t, 2*time.Minute, mscheduler.EventSucceeded, len(keys))
 	for _, key := range keys {
@@ -196,24 +206,7 @@ func TestTwoSecondServerKeepsLeasesOfTasksClaimedWithAReadBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	counter := newRunCounter()
-	handler := func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
-		defer counter.begin(task.Key)()
-		select {
-		case <-time.After(6 * time.Second):
-			return 1, nil
-		case <-ctx.Done():
-			return 0, context.Cause(ctx)
-		}
-	}
-	ev := mschedulertest.NewEvents()
-	slow := fastConfig("slow", ev)
-	slow.Capacity = 4
-	slow.Logger = logOnFailure(t)
-	startConsumer(t, dbCollection(slowClient(t, mschedulertest.FixedDelay(2*time.Second)), coll), handler, slow)
-	watch := fastConfig("watching", ev)
-	watch.SweepInterval = 100 * time.Millisecond
-	startConsumer(t, coll, handler, watch)
+	ev, counter := runOnTwoSecondServer(t, coll)
 
 	// Two successful runs complete a task of concurrency 2, one after the
 	// other here: a worker never holds two runs of one task.

@@ -67,7 +67,7 @@ func (c *Engine) lookAtPeers(ctx context.Context, st *claimState) {
 		return
 	}
 	c.commandTook(time.Since(sent))
-	c.storeView(peerView{alive: max(view.Alive, 1), rank: view.Rank, asOf: sent})
+	c.storeView(peerView{alive: view.Alive, rank: view.Rank, asOf: sent}) // ok: this consumer is among them
 	st.adoptView(c.view())
 }
 

@@ -22,11 +22,10 @@ type upkeepState struct {
 	// sweptAt is when the last sweep ended (at start, when the upkeep
 	// began), sweepSpan how many spread-out sweep intervals after it the
 	// next is due, and sweepNext, when set, the first lease the last sweep
-	// saw to lapse: see sweepDue, which sets sweepAt from them.
+	// saw to lapse: sweepDue says from them when the next sweep is due.
 	sweptAt    time.Time
 	sweepSpan  float64
 	sweepNext  time.Time
-	sweepAt    time.Time
 	sweepSkips upkeep.SweepSkips
 	checkAt    time.Time
 	// maintainAt is the next try at the maintenance lease; ttl says
@@ -74,7 +73,7 @@ func (c *Engine) upkeepLoop(ctx context.Context, st *upkeepState) {
 		c.sweepIfDue(ctx, st)
 		c.maintainIfDue(ctx, st)
 		c.checkIfDue(ctx, st)
-		next := minTime(st.sweepAt, st.checkAt, st.maintainAt, st.announceAt)
+		next := minTime(c.sweepDue(st), st.checkAt, st.maintainAt, st.announceAt)
 		timer.Reset(max(next.Sub(c.clock.Now()), time.Millisecond))
 		select {
 		case <-ctx.Done():
@@ -157,7 +156,7 @@ func (c *Engine) sweepIfDue(ctx context.Context, st *upkeepState) {
 	if st.sweptAt.IsZero() {
 		c.planFirstSweep(st, now)
 	}
-	if st.sweepAt = c.sweepDue(st); now.Before(st.sweepAt) {
+	if now.Before(c.sweepDue(st)) {
 		return
 	}
 	st.sweptAt, st.sweepSpan, st.sweepNext = now, jitterFactor(), time.Time{}
@@ -174,7 +173,6 @@ func (c *Engine) sweepIfDue(ctx context.Context, st *upkeepState) {
 	} else {
 		st.sweepNext = next
 	}
-	st.sweepAt = c.sweepDue(st)
 }
 
 // sweepDue is when the next sweep is due: a span of SweepInterval spread
