@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"strings"
-	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -96,76 +95,35 @@ func durations(ss ...string) ([]time.Duration, error) {
 // are held at once, as a busy server holds them; one connection's commands
 // go in order. Replies pass as they come (a streaming hello's too).
 type DelayProxy struct {
-	ln     net.Listener
-	target string
+	relays *relays
 	delay  Delay
 	began  time.Time
-
-	mu    sync.Mutex // guards conns and closed
-	conns []net.Conn
-	done  bool
-	wg    sync.WaitGroup
 }
 
 // StartDelayProxy starts a proxy in front of the server at target
 // (host:port), on a free port of the loopback interface.
 func StartDelayProxy(target string, delay Delay) (*DelayProxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	r, err := listenRelays(target)
 	if err != nil {
 		return nil, err
 	}
-	p := &DelayProxy{ln: ln, target: target, delay: delay, began: time.Now()}
-	p.wg.Go(p.accept)
+	p := &DelayProxy{relays: r, delay: delay, began: time.Now()}
+	r.start(func(_ int, c, s net.Conn) { p.serve(c, s) })
 	return p, nil
 }
 
 // Addr is the proxy's address, host:port.
-func (p *DelayProxy) Addr() string { return p.ln.Addr().String() }
+func (p *DelayProxy) Addr() string { return p.relays.addr() }
 
 // URI is a connection string that reaches the server through the proxy.
 func (p *DelayProxy) URI() string { return "mongodb://" + p.Addr() + "/?directConnection=true" }
 
 // Close stops the proxy and closes every connection through it.
-func (p *DelayProxy) Close() {
-	p.mu.Lock()
-	p.done = true
-	_ = p.ln.Close()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
-func (p *DelayProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.mu.Lock()
-		if p.done {
-			p.mu.Unlock()
-			_ = c.Close()
-			_ = s.Close()
-			return
-		}
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		p.wg.Go(func() { p.serve(c, s) })
-	}
-}
+func (p *DelayProxy) Close() { p.relays.close(nil) }
 
 // serve relays one connection: each request held, then forwarded, and its
 // replies passed back (several for a request whose reply streams).
 func (p *DelayProxy) serve(c, s net.Conn) {
-	defer c.Close()
-	defer s.Close()
 	for {
 		req, err := readWireMessage(c)
 		if err != nil {
@@ -211,11 +169,11 @@ func readWireMessage(r io.Reader) ([]byte, error) {
 	return msg, err
 }
 
-const opMsg = 2013
+const opMsgCode = 2013
 
 // commandName is the command name of an OP_MSG request, or "".
 func commandName(msg []byte) string {
-	if len(msg) < 21 || binary.LittleEndian.Uint32(msg[12:16]) != opMsg || msg[20] != 0 {
+	if len(msg) < 21 || binary.LittleEndian.Uint32(msg[12:16]) != opMsgCode || msg[20] != 0 {
 		return ""
 	}
 	body := bson.Raw(msg[21:])
@@ -235,5 +193,5 @@ func commandName(msg []byte) string {
 // moreToCome reports an OP_MSG whose flags say no reply follows (a
 // request) or more replies follow (a streaming reply).
 func moreToCome(msg []byte) bool {
-	return len(msg) >= 20 && binary.LittleEndian.Uint32(msg[12:16]) == opMsg && binary.LittleEndian.Uint32(msg[16:20])&2 != 0
+	return len(msg) >= 20 && binary.LittleEndian.Uint32(msg[12:16]) == opMsgCode && binary.LittleEndian.Uint32(msg[16:20])&2 != 0
 }
