@@ -127,7 +127,7 @@ func (c *Engine) claimBatch(ctx context.Context, st *claimState, k int) ([]claim
 			filter = append(filter, taskstate.AsReadFence(cd.Raw)...)
 		}
 		exact = exact && cd.Exact
-		models[i] = mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(c.claimUpdate(st, runIDs[i], now))
+		models[i] = mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(c.claimUpdateOf(st, runIDs[i], now, cd))
 	}
 	// As for a single claim, a stop does not interrupt the write.
 	wctx, cancel := c.claimCtx(shortestLease(chosen))
@@ -274,7 +274,7 @@ const (
 func (c *Engine) claimedAsRead(st *claimState, chosen []claimchoice.Candidate, runIDs []string, now time.Time) ([]claimed, bool) {
 	out := make([]claimed, len(chosen))
 	for i, cd := range chosen {
-		raw, err := taskstate.ClaimedAsRead(cd.Raw, c.cfg.WorkerID, c.claimHolder(runIDs[i], now), now, c.claimExpiry(st, now))
+		raw, err := taskstate.ClaimedAsRead(cd.Raw, c.cfg.WorkerID, c.claimHolder(runIDs[i], now), now, c.claimExpiry(st, now, stored.FromMS(cd.WorkerTimeoutMS)))
 		if err != nil {
 			return nil, false
 		}
@@ -330,7 +330,7 @@ func (c *Engine) claimAlone(st *claimState, cd claimchoice.Candidate) ([]claimed
 	defer cancel()
 	now, runID := c.clock.Now(), newRunID()
 	filter := c.claimFilterOf(st, cd, now)
-	res, err := c.coll.UpdateOne(wctx, filter, c.claimUpdate(st, runID, now))
+	res, err := c.coll.UpdateOne(wctx, filter, c.claimUpdateOf(st, runID, now, cd))
 	switch {
 	case err != nil && isServerRefusal(err):
 		c.refused(wctx, st, filter, err)
@@ -359,11 +359,17 @@ func appendBounded(ids []string, id string) []string {
 }
 
 // claimUpdate is the update that claims one slot of a task for run runID.
-// Sweeps look at the task from when its lease may lapse: the shortest
-// worker timeout among the tasks this worker claimed last, a guess that
-// the first ping corrects.
-func (c *Engine) claimUpdate(st *claimState, runID string, now time.Time) bson.D {
-	return taskstate.Claim(c.cfg.WorkerID, c.claimHolder(runID, now), c.claimExpiry(st, now), now)
+// Sweeps look at the task from when its lease may lapse: the task's own
+// worker timeout when the claimant read it (timeout > 0), else the
+// shortest among the tasks this worker claimed last, a guess that
+// tightenExpiry corrects once the claim's reply tells the task's own.
+func (c *Engine) claimUpdate(st *claimState, runID string, now time.Time, timeout time.Duration) bson.D {
+	return taskstate.Claim(c.cfg.WorkerID, c.claimHolder(runID, now), c.claimExpiry(st, now, timeout), now)
+}
+
+// claimUpdateOf is claimUpdate for a candidate read in full.
+func (c *Engine) claimUpdateOf(st *claimState, runID string, now time.Time, cd claimchoice.Candidate) bson.D {
+	return c.claimUpdate(st, runID, now, stored.FromMS(cd.WorkerTimeoutMS))
 }
 
 // claimHolder is the holder entry a claim at now writes for run runID.
@@ -372,8 +378,12 @@ func (c *Engine) claimHolder(runID string, now time.Time) stored.Holder {
 }
 
 // claimExpiry is the next_expiry a claim at now lowers its task's to.
-func (c *Engine) claimExpiry(st *claimState, now time.Time) time.Time {
-	return now.Add(st.leases.shortest())
+func (c *Engine) claimExpiry(st *claimState, now time.Time, timeout time.Duration) time.Time {
+	guess := st.leases.shortest()
+	if timeout > 0 {
+		guess = min(guess, timeout)
+	}
+	return now.Add(guess)
 }
 
 // candidates reads up to limit claimable tasks in claim order, in full

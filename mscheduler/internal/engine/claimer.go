@@ -84,7 +84,7 @@ func (c *Engine) claimOne(ctx context.Context, st *claimState) (bson.Raw, string
 	now := c.clock.Now()
 	filter := c.claimant(st, now).Due(now)
 	runID := newRunID()
-	update := c.claimUpdate(st, runID, now)
+	update := c.claimUpdate(st, runID, now, 0)
 	opts := options.FindOneAndUpdate().SetSort(taskstate.ClaimSort).SetReturnDocument(options.After)
 	// A claim the server applied must reach its run, so a stop does not
 	// interrupt the command (the loop checks ctx before each claim): a claim
@@ -112,7 +112,31 @@ func (c *Engine) claimOne(ctx context.Context, st *claimState) (bson.Raw, string
 		}
 		return nil, "", fmt.Errorf("mscheduler: claim: %w", err)
 	}
+	c.tightenExpiry(wctx, raw, runID)
 	return raw, runID, nil
+}
+
+// tightenExpiry lowers the next_expiry of a task claimed without being
+// read first to when the new run's lease lapses by the task's own worker
+// timeout, when the claim's guess (from other tasks) was later: a sweep
+// must look at the run as soon as its lease may lapse, even if this
+// worker dies before the run's first ping. A write that fails leaves the
+// guess, which the first ping corrects.
+func (c *Engine) tightenExpiry(ctx context.Context, raw bson.Raw, runID string) {
+	timeout, _ := raw.Lookup(stored.FWorkerTimeoutMS).AsInt64OK()
+	started, okStart := raw.Lookup(stored.FHolders, c.cfg.WorkerID, stored.HStarted).DateTimeOK()
+	guess, okGuess := raw.Lookup(stored.FNextExpiry).DateTimeOK()
+	if timeout <= 0 || !okStart || !okGuess {
+		return
+	}
+	due := time.UnixMilli(started).Add(stored.FromMS(timeout))
+	if !due.Before(time.UnixMilli(guess)) {
+		return
+	}
+	filter, update := taskstate.LowerExpiry(raw.Lookup(stored.FID), c.cfg.WorkerID, runID, due)
+	if _, err := c.coll.UpdateOne(ctx, filter, update); err != nil {
+		c.log.Debug("could not lower a claimed task's next_expiry to its own worker timeout; its first ping will", "key", raw.Lookup(stored.FKey).String(), "error", err)
+	}
 }
 
 // claimPastRefusal claims one slot after a claim of whichever task came

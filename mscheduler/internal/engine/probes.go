@@ -34,7 +34,7 @@ func ClaimBothWays(ctx context.Context, coll *mongo.Collection, key string) (ser
 	now, runID := time.Now(), newRunID()
 	cd, _ := claimchoice.Of(before)
 	filter := append(c.claimFilterOf(st, cd, now), bson.E{Key: stored.FRev, Value: before.Lookup(stored.FRev)})
-	res, err := coll.UpdateOne(ctx, filter, c.claimUpdate(st, runID, now))
+	res, err := coll.UpdateOne(ctx, filter, c.claimUpdateOf(st, runID, now, cd))
 	if err != nil {
 		return nil, nil, true, err
 	}
@@ -45,7 +45,7 @@ func ClaimBothWays(ctx context.Context, coll *mongo.Collection, key string) (ser
 	if err != nil {
 		return nil, nil, true, err
 	}
-	local, err = taskstate.ClaimedAsRead(before, "w", c.claimHolder(runID, now), now, c.claimExpiry(st, now))
+	local, err = taskstate.ClaimedAsRead(before, "w", c.claimHolder(runID, now), now, c.claimExpiry(st, now, stored.FromMS(cd.WorkerTimeoutMS)))
 	return server, local, true, err
 }
 

@@ -257,8 +257,12 @@ func Publish(t *stored.Task, insert bson.D, updateParams, moveRunAt, skipRunning
 	}
 	if len(u.set) > 0 {
 		u.Set(stored.FUpdatedAt, t.UpdatedAt)
+		// What a claim hands the handler changed: a claim fenced on the
+		// task as read (AsReadFence) must miss, even within the
+		// millisecond of updated_at.
+		u.Inc(stored.FRev, 1)
 	}
-	u.setOnInsert = without(insert, fieldsOf(u.set)...)
+	u.setOnInsert = without(insert, append(fieldsOf(u.set), fieldsOf(u.inc)...)...)
 	return filter, u.doc()
 }
 

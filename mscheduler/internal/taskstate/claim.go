@@ -26,7 +26,8 @@ type Claimant struct {
 // time: a string _id (a document cloned by hand is the periodic check's),
 // capacity left, not already held by this worker, not done by it when the
 // task wants distinct workers, not paused, of a layout this library
-// reads, and allowed by worker ids and group.
+// reads, allowed by worker ids and group, and, for a plan, not an
+// occurrence another run's gate is still judging.
 func (c Claimant) Eligible() bson.D {
 	return append(c.eligible(), bson.E{Key: stored.FID, Value: c.idClause()})
 }
@@ -65,6 +66,14 @@ func (c Claimant) eligible() bson.D {
 				Op(stored.FWorkerIDs, c.WorkerID),
 			}),
 			Op("$or", groupClause),
+			// An occurrence whose first run is still before its plan gate
+			// (held, not recorded begun) is not claimable: that gate alone
+			// decides whether the occurrence runs, is skipped or missed.
+			Op("$or", bson.A{
+				Op(stored.FPlan, Op("$not", Op("$type", "object"))),
+				Op(stored.PStarted, true),
+				Op(stored.FRunning, Op("$not", Op("$gt", 0))),
+			}),
 		}},
 	}
 }
@@ -151,7 +160,8 @@ func ExactCandidate(raw bson.Raw) bool {
 }
 
 // AsReadFence fences a claim of an exact candidate on the task being the
-// one read: the same rev (every change a run makes raises it), the same
+// one read: the same rev (every change a run makes raises it, and so does
+// every write that changes what a claim hands the handler), the same
 // updated_at (every change the library makes sets it, Publish's included)
 // and the same created_at (a task deleted and published again under its
 // key starts at rev 0 again). A field the task lacks must still be

@@ -91,9 +91,13 @@ func (e *End) advanceUpdate() bson.D {
 
 // FirstStart is a claimed run that is the first start of its task's
 // occurrence, judged by the plan's missed-run policy and pending skips
-// (the plan gate): it goes ahead as claimed, runs in the place of a later
-// planned time that is due (Retarget), or gives its slot back, the task
-// waiting for a later planned time or finished (GiveBack).
+// (the plan gate): it goes ahead as claimed (Begin records it when other
+// slots wait for it), runs in the place of a later planned time that is
+// due (Retarget), or gives its slot back, the task waiting for a later
+// planned time or finished (GiveBack). Whether an occurrence has begun is
+// what the gate's first pass records (plan.started), never inferred from
+// counters: until it is recorded, no other slot of the task can be claimed,
+// so one gate alone decides the occurrence's fate.
 type FirstStart struct {
 	ID          bson.RawValue
 	WorkerID    string
@@ -106,12 +110,33 @@ type FirstStart struct {
 	Retention   Retention
 }
 
-// Filter fences the gate's write on the run being the occurrence's only
-// start so far, with the plan as read.
-func (f *FirstStart) Filter() bson.D {
+// undecided fences a gate's write on what the gate judged: the run still
+// held, the task still running as the claim left it (a cancel since wins),
+// and the occurrence as read, not yet recorded begun.
+func (f *FirstStart) undecided() bson.D {
 	return append(RunFence(f.ID, f.WorkerID, f.RunID),
-		bson.E{Key: stored.FRunning, Value: 1}, bson.E{Key: stored.FSucceeded, Value: 0}, bson.E{Key: stored.FFailedRuns, Value: 0},
-		bson.E{Key: stored.PPlanned, Value: f.Planned}, SkipNextFence(f.SkipNext))
+		bson.E{Key: stored.FStatus, Value: stored.StatusRunning},
+		bson.E{Key: stored.PPlanned, Value: f.Planned}, SkipNextFence(f.SkipNext),
+		bson.E{Key: stored.PStarted, Value: Op("$ne", true)})
+}
+
+// Filter fences a write that moves the occurrence (GiveBack, Retarget) on
+// the run being its only start so far, and on what the gate judged.
+func (f *FirstStart) Filter() bson.D {
+	return append(f.undecided(),
+		bson.E{Key: stored.FRunning, Value: 1}, bson.E{Key: stored.FSucceeded, Value: 0}, bson.E{Key: stored.FFailedRuns, Value: 0})
+}
+
+// BeginFilter fences Begin on what the gate judged.
+func (f *FirstStart) BeginFilter() bson.D { return f.undecided() }
+
+// Begin records that the occurrence has begun, as claimed: from then on
+// its other slots may be claimed (see Claimant.Eligible), and no gate
+// judges it again.
+func (f *FirstStart) Begin() bson.D {
+	var u update
+	u.Set(stored.PStarted, true)
+	return u.doc()
 }
 
 // Retarget moves the occurrence the run belongs to to the step's planned
@@ -124,6 +149,7 @@ func (f *FirstStart) Retarget() bson.D {
 	u.Set(stored.PSkipNext, 0)
 	u.Inc(stored.PSkipped, f.Step.Skipped)
 	u.Inc(stored.PMissedCount, f.Step.Missed)
+	u.Set(stored.PStarted, true)
 	u.Inc(stored.FRev, 1)
 	return u.doc()
 }

@@ -42,3 +42,11 @@ func RepairExpiry(id, rev bson.RawValue, earliest time.Time) (filter, upd bson.D
 	}
 	return append(ByID(id), SameRev(rev)), u.doc()
 }
+
+// LowerExpiry lowers next_expiry to at while workerID holds run runID: the
+// sweep's bound on a run whose claim guessed its lease from other tasks.
+func LowerExpiry(id bson.RawValue, workerID, runID string, at time.Time) (filter, upd bson.D) {
+	var u update
+	u.Min(stored.FNextExpiry, at)
+	return RunFence(id, workerID, runID), u.doc()
+}
