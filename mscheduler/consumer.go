@@ -505,6 +505,12 @@ func (c *Consumer[P, R]) Running() int { return c.eng.Running() }
 // Capacity is the most runs this consumer holds at once.
 func (c *Consumer[P, R]) Capacity() int { return c.eng.Capacity() }
 
+// MaxResultBytes is the largest encoded result this consumer stores, its
+// configuration's default applied: a front end that receives results from
+// elsewhere (the HTTP gateway) refuses a larger one before it reaches the
+// run's end, which would fail the run.
+func (c *Consumer[P, R]) MaxResultBytes() int { return c.eng.MaxResultBytes() }
+
 // Holding is how many slots this consumer has taken: the runs it holds,
 // until their ends are written, and, while a claim is under way, every
 // slot that claim is for. It is at least Running. A front end that hands

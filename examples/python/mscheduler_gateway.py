@@ -231,7 +231,8 @@ class Gateway:
         at once, each in a thread, until ``stop`` is set; then it finishes
         the runs it holds and returns. A run is completed with the handler's
         return value (JSON), or failed with the text of its exception (at
-        once for :class:`NoRetry`). The runs held are renewed together, one
+        once for :class:`NoRetry`, and for a result the gateway refuses: not
+        JSON, or over its MaxResultBytes). The runs held are renewed together, one
         call, every (shortest) ``renew_every_ms``. A take waits up to
         ``wait_ms``: stopping waits for it too. The runs handed back after a
         restart are all run, even beyond ``concurrency``."""
@@ -289,6 +290,12 @@ class _Serving:
                     outcome = self.gw.complete(run.run_id, result, attempt=run.attempt)
                 except (TypeError, ValueError) as exc:  # json.dumps refused the result
                     outcome = self.gw.fail(run.run_id, f"the result is not JSON: {exc}", retry=False, attempt=run.attempt)
+                except GatewayError as exc:
+                    if exc.status != 400 or exc.field != "result":
+                        raise
+                    # Refused without a write (over MaxResultBytes): the run is
+                    # still ours, and running it again gives the same result.
+                    outcome = self.gw.fail(run.run_id, f"the gateway refused the result: {exc.message}", retry=False, attempt=run.attempt)
             log.debug("run %s of %s: %s", run.run_id, run.key, outcome)
         except (GatewayError, OSError) as exc:
             log.warning("run %s of %s: its end was not recorded: %s", run.run_id, run.key, exc)

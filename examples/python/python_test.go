@@ -287,3 +287,28 @@ for key in ("slow-1", "slow-2"):
 		"slow-2 succeeded 0 1 {'lease_ms': 1000, 'renew_every_ms': 100}",
 	)
 }
+
+// TestPythonServeFailsARefusedResult: a handler's result over the
+// gateway's MaxResultBytes is refused, the run still the executor's; serve
+// fails it at once with the gateway's reason, rather than leaving it to
+// lapse unrenewed.
+func TestPythonServeFailsARefusedResult(t *testing.T) {
+	coll, url := startGateway(t, &gateway.Config{Consumer: mscheduler.ConsumerConfig{MaxResultBytes: 1 << 10}})
+	out := python(t, "-c", `
+import sys, threading
+from mscheduler_gateway import Gateway
+gw = Gateway(sys.argv[1], sys.argv[2], executor="py-big")
+gw.publish("big", max_failed_runs=1)
+stop = threading.Event()
+
+def handler(run):
+    stop.set()
+    return "x" * 2048
+
+gw.serve(handler, stop=stop, wait_ms=1000)
+task = gw.get("big")
+last = task["runs"][-1]
+print(task["status"], task["failed_runs"], last["outcome"], "MaxResultBytes (1024)" in last["error"])
+`, url, coll.Name())
+	assertLines(t, out, "failed 1 failed True")
+}

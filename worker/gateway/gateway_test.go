@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
@@ -188,6 +190,55 @@ func TestStaleRunsAreRefused(t *testing.T) {
 	if after["rev"] != before["rev"] || after["status"] != "succeeded" {
 		t.Fatalf("stale calls changed the task: rev %v → %v, status %v", before["rev"], after["rev"], after["status"])
 	}
+}
+
+// TestOversizedResultIsRefused: a complete whose result is larger than the
+// consumer's MaxResultBytes is 400 naming result, and writes nothing: the
+// run is not failed (with max_failed_runs 1 that would fail the task for
+// good) but still its executor's, which renews it and completes it again
+// with a result that fits.
+func TestOversizedResultIsRefused(t *testing.T) {
+	const limit = 1 << 10
+	f := newFixture(t, &gateway.Config{Consumer: mscheduler.ConsumerConfig{MaxResultBytes: limit}})
+	f.publish(map[string]any{"key": "k", "max_failed_runs": 1})
+	run := f.take("e", "s", 1)[0]
+	id := run["run_id"]
+	before := f.doc("k")
+	code, out := f.call("POST", "/complete", "", map[string]any{"executor": "e", "run_id": id, "attempt": run["attempt"], "result": strings.Repeat("x", limit)})
+	if code != 400 || out["field"] != "result" || !strings.Contains(fmt.Sprint(out["error"]), fmt.Sprintf("MaxResultBytes (%d)", limit)) {
+		t.Fatalf("complete with a result over MaxResultBytes: %d %v, want 400 on result naming the limit", code, out)
+	}
+	after := f.doc("k")
+	if after["rev"] != before["rev"] || after["status"] != "running" || after["running"] != int32(1) || after["failed_runs"] != int32(0) || !heldBy(after, id) {
+		t.Fatalf("the refused complete changed the task: %v → %v, want it running under run %v, no failed run", before, after, id)
+	}
+	if code, out := f.call("POST", "/renew", "", map[string]any{"executor": "e", "run_ids": []any{id}}); code != 200 {
+		t.Fatalf("renew after the refused complete: %d %v, want the run still held", code, out)
+	}
+	code, out = f.call("POST", "/complete", "", map[string]any{"executor": "e", "run_id": id, "attempt": run["attempt"], "result": map[string]any{"sent": true}})
+	if code != 200 || out["outcome"] != "succeeded" {
+		t.Fatalf("complete with a result that fits: %d %v, want succeeded", code, out)
+	}
+	if d := f.doc("k"); d["status"] != "succeeded" || d["failed_runs"] != int32(0) {
+		t.Fatalf("after the complete: status %v, failed_runs %v, want succeeded with none failed", d["status"], d["failed_runs"])
+	}
+}
+
+// heldBy says a task document's holders hold the run.
+func heldBy(doc map[string]any, runID any) bool {
+	raw, err := bson.Marshal(doc["holders"])
+	var holders map[string]struct {
+		Run string `bson:"run"`
+	}
+	if err != nil || bson.Unmarshal(raw, &holders) != nil {
+		return false
+	}
+	for _, h := range holders {
+		if h.Run == runID {
+			return true
+		}
+	}
+	return false
 }
 
 // TestTokensAreIdentities: each token speaks for one executor and its

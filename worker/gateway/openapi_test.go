@@ -858,7 +858,7 @@ func TestContractAnswers(t *testing.T) {
 	if err := mscheduler.EnsureIndexes(t.Context(), coll); err != nil {
 		t.Fatal(err)
 	}
-	gw := newOAGateway(t, &Config{Consumer: mscheduler.ConsumerConfig{PollInterval: 50 * time.Millisecond}})
+	gw := newOAGateway(t, &Config{Consumer: mscheduler.ConsumerConfig{PollInterval: 50 * time.Millisecond, MaxResultBytes: 1 << 10}})
 	c := newOAClient(t, gw, coll.Name())
 
 	// Publish one, then many; refuse both at once.
@@ -929,6 +929,7 @@ func TestContractAnswers(t *testing.T) {
 		t.Errorf("take with a new session: %v", out)
 	}
 	c.expect(409, "session", opTake, "", "", map[string]any{"executor": "ex-1", "session": "s1"}, nil)
+	c.expect(400, "result", opComplete, "", "", map[string]any{"executor": "ex-1", "run_id": id("a/1"), "result": strings.Repeat("x", 1<<10)}, nil)
 	out = c.expect(200, "", opComplete, "", "", map[string]any{"executor": "ex-1", "run_id": id("a/1"), "result": map[string]any{"ok": true}}, nil)
 	if out["outcome"] != "succeeded" {
 		t.Errorf("complete: %v", out)

@@ -219,6 +219,9 @@ func (g *Gateway) endRun(w http.ResponseWriter, r *http.Request, c caller, how s
 	if in.Attempt != 0 && in.Attempt != run.attempt {
 		return &apiError{http.StatusConflict, "attempt", fmt.Sprintf("attempt %d of run %q is over: the run was retried, and is at attempt %d", in.Attempt, in.RunID, run.attempt)}
 	}
+	if aerr := run.pool.refuseOversized(o.result); aerr != nil {
+		return aerr
+	}
 	if how == "fail" && (in.Retry == nil || *in.Retry) && !run.retries() {
 		o.err, o.final = mscheduler.SkipRetry(o.err), true // retries used up: the run fails now
 	}
@@ -268,6 +271,18 @@ func outcomeOf(how string, in *endIn) (runResult, *apiError) {
 		}
 		return runResult{err: fmt.Errorf("released by its executor: %w", mscheduler.ErrRelease)}, nil
 	}
+}
+
+// refuseOversized refuses a result larger than the consumer stores. Handed
+// on, it would fail the run (counted towards MaxFailedRuns) for what the
+// executor can still change: refused here, nothing is written and the run
+// stays its executor's, to complete with a smaller result or to fail.
+func (p *pool) refuseOversized(result bson.RawValue) *apiError {
+	limit := p.consumer.MaxResultBytes()
+	if len(result.Value) <= limit {
+		return nil
+	}
+	return &apiError{http.StatusBadRequest, "result", fmt.Sprintf("is %d bytes as BSON, over the consumer's MaxResultBytes (%d): the run is still yours, complete it with a smaller result or fail it", len(result.Value), limit)}
 }
 
 // awaitEnd registers for the event that ends or retries a run.

@@ -340,6 +340,9 @@ func (c *Engine) Holding() int { return int(c.held.Load()) }
 // Capacity is the most runs this consumer holds at once.
 func (c *Engine) Capacity() int { return c.cfg.Capacity }
 
+// MaxResultBytes is the largest encoded result a run end stores.
+func (c *Engine) MaxResultBytes() int { return c.cfg.MaxResultBytes }
+
 // cancelRuns cancels this consumer's runs of the task key (it was
 // cancelled); their ends are recorded as cancelled.
 func (c *Engine) cancelRuns(key string) {
