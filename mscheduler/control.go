@@ -102,6 +102,9 @@ func (p *Producer[P]) rewrite(ctx context.Context, key, verb string, need func(s
 		}
 		if res.MatchedCount > 0 {
 			localwake.Wake(p.coll)
+			if taskstate.EndsTask(update) {
+				localwake.Ended(p.coll, key)
+			}
 			return nil
 		}
 	}

@@ -11,9 +11,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// Waiting for tasks to end: consumers that share the producer's client say
-// at once when a run ends; a change stream, where the server has one, says
-// it for the other processes; otherwise Wait polls, with backoff.
+// Waiting for tasks to end: the producers and consumers that share a client
+// say at once when a run ends or a write of theirs ends a task; a change
+// stream, where the server has one, says it for the other processes;
+// otherwise Wait polls, with backoff.
 
 // Bounds of Wait's polling.
 const (
@@ -128,12 +129,16 @@ type Completion struct {
 
 // Completions delivers, until ctx is done, the tasks of the collection
 // that reach a final status (succeeded, failed, finished, cancelled) or are
-// set invalid: at once from the consumers that share the producer's
-// client, and from other processes through a change stream where the
-// server has one. It is best effort: the channel holds buffer completions
-// and what does not fit is dropped; a completion may come twice (from both
-// sources); without a change stream, tasks that other processes end are
-// not reported. The channel is closed when ctx is done.
+// set invalid: at once when this process ends them (a run end, or a write
+// of a producer or consumer sharing the producer's client: a cancel, a
+// plan finished at its claim or on resume, a task set invalid), and from
+// other processes through a change stream where the server has one. It is
+// best effort: the channel holds buffer completions and what does not fit
+// is dropped; a completion may come twice (from both sources, or for a
+// task cancelled while it ran: at the cancel and at the run's end);
+// without a change stream, tasks that other processes end are not
+// reported. A deleted task is not a completion: it has no status left.
+// The channel is closed when ctx is done.
 func (p *Producer[P]) Completions(ctx context.Context, buffer int) <-chan Completion {
 	out := make(chan Completion, max(buffer, 1))
 	ended := make(chan string, max(buffer, 16))

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/mscheduler/mscheduler/mscheduler"
 	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
 )
@@ -115,5 +117,82 @@ func TestCompletions(t *testing.T) {
 	}
 	cancel()
 	for range done { // closed when ctx is done
+	}
+}
+
+// completionOf waits for the completion of key, passing over those of
+// other tasks.
+func completionOf(t *testing.T, done <-chan mscheduler.Completion, key string) mscheduler.Completion {
+	t.Helper()
+	timeout := time.After(waitTimeout)
+	for {
+		select {
+		case c := <-done:
+			if c.Key == key {
+				return c
+			}
+		case <-timeout:
+			t.Fatalf("no completion of %q", key)
+		}
+	}
+}
+
+// TestCompletionsOfCancelledPendingTask: a task cancelled while no run of
+// it goes is final at once, with no run end to tell of it; Completions
+// reports it all the same.
+func TestCompletionsOfCancelledPendingTask(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	done := p.Completions(ctxT(t), 10)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "later", RunAt: time.Now().Add(time.Hour)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Cancel(ctxT(t), "later"); err != nil {
+		t.Fatal(err)
+	}
+	if c := completionOf(t, done, "later"); c.Status != mscheduler.StatusCancelled {
+		t.Fatalf("completion %+v, want cancelled", c)
+	}
+}
+
+// TestCompletionsOfPlanFinishedAtClaim: a once plan whose only planned
+// time is skipped is finished by the consumer that claims it, which gives
+// the run back before it starts; a producer sharing the consumer's client
+// hears of it.
+func TestCompletionsOfPlanFinishedAtClaim(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	done := p.Completions(ctxT(t), 10)
+	once := mscheduler.Once(time.Now())
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "once", Plan: &once}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SkipNext(ctxT(t), "once", 1); err != nil {
+		t.Fatal(err)
+	}
+	ev := mschedulertest.NewEvents()
+	startConsumer(t, coll, func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }, fastConfig("w", ev))
+	if c := completionOf(t, done, "once"); c.Status != mscheduler.StatusFinished {
+		t.Fatalf("completion %+v, want finished", c)
+	}
+	if n := ev.Count(mscheduler.EventSucceeded); n != 0 {
+		t.Fatalf("%d runs succeeded, want none: the only planned time was skipped", n)
+	}
+}
+
+// TestCompletionsOfTaskSetInvalid: a task edited by hand out of shape is
+// set invalid by the consumer that finds it, with no run; a producer
+// sharing the consumer's client hears of it.
+func TestCompletionsOfTaskSetInvalid(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[sum](t, coll, nil)
+	done := p.Completions(ctxT(t), 10)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[sum]{Key: "edited"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	editTask(t, coll, "edited", bson.D{{Key: "$set", Value: bson.D{{Key: "params", Value: "not a document"}}}})
+	startConsumer(t, coll, func(context.Context, *mscheduler.Task[sum]) (int, error) { return 0, nil }, fastConfig("w", mschedulertest.NewEvents()))
+	if c := completionOf(t, done, "edited"); c.Status != mscheduler.StatusInvalid {
+		t.Fatalf("completion %+v, want invalid", c)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/serverclock"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/upkeep"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/watch"
 )
@@ -147,6 +148,7 @@ func New(coll *mongo.Collection, c *Config) *Engine {
 		History: con.history, Log: con.log, Inspect: con.inspect, Advance: c.Documents.Advance,
 		Report: upkeep.Report{
 			Invalid: func(key, runID, workerID string, err error) {
+				localwake.Ended(con.coll, key) // waiters wait for invalid as for final
 				con.emit(Event{Kind: EventInvalid, Key: key, RunID: runID, WorkerID: workerID, Err: err})
 			},
 			Expired: func(key, runID, workerID string) {
@@ -350,6 +352,15 @@ func (c *Engine) cancelRuns(key string) {
 		if r.Key == key {
 			lease.CancelRun(r, ErrCancelled)
 		}
+	}
+}
+
+// tellIfEnded tells the process's waiters of task key when update, which
+// this consumer applied, ended it: no run end will tell them of a task
+// ended with no run going (a plan finished at its claim).
+func (c *Engine) tellIfEnded(key string, update bson.D) {
+	if taskstate.EndsTask(update) {
+		localwake.Ended(c.coll, key)
 	}
 }
 

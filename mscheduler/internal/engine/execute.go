@@ -275,8 +275,7 @@ func (c *Engine) endUnwritable(r *lease.Run, end *runend.End, cause error) {
 	q := upkeep.NewQuarantine(raw, prob, taskstate.FoundAtRunEnd).Ending(end.WorkerID, rec.RunID, &rec, time.Time{})
 	ok, err := c.upkeep.Quarantine(ctx, q)
 	if ok {
-		c.history.Add(r.Key, rec)
-		localwake.Ended(c.coll, r.Key)
+		c.history.Add(r.Key, rec) // the quarantine's report told the waiters
 	}
 	switch {
 	case err != nil:

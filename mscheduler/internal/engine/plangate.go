@@ -122,6 +122,7 @@ func (c *Engine) judgeFirstStart(doc *stored.Task) gateVerdict {
 		return gateRun
 	}
 	c.emit(Event{Kind: EventSkipped, Key: doc.Key, Skipped: step.Skipped, Planned: step.Next})
+	c.tellIfEnded(doc.Key, update)
 	if retarget {
 		c.log.Info("missed planned times skipped; running the latest", "key", doc.Key, "skipped", step.Skipped, "planned", step.Next)
 		doc.Plan.Planned, doc.Plan.Skipped, doc.Plan.SkipNext, doc.RunAt = step.Next, doc.Plan.Skipped+step.Skipped, 0, step.Next

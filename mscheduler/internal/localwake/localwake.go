@@ -2,10 +2,12 @@
 // that share a mongo.Client (one process) tell each other at once,
 // whatever the server: a producer wakes the consumers after a publish and
 // cancels their runs of a cancelled task; a consumer tells the producers'
-// waiters that a run of a task ended. A change stream tells other
-// processes too, but without one (a standalone server, the development
-// server) they only find out at their next poll or ping, and a process
-// should not wait for its own poll.
+// waiters that a run of a task ended, and so does either of them whose
+// write ended a task with no run to end (a cancel, a plan finished at its
+// claim, a task set invalid). A change stream tells other processes too,
+// but without one (a standalone server, the development server) they only
+// find out at their next poll or ping, and a process should not wait for
+// its own poll.
 package localwake
 
 import (
@@ -21,7 +23,7 @@ type Consumer struct {
 	Cancel func(key string)
 }
 
-// Waiter hears of tasks whose run ended: Ended is buffered, and a full
+// Waiter hears of tasks that may have ended: Ended is buffered, and a full
 // one drops the news (the waiter reads the task itself).
 type Waiter struct {
 	Ended chan<- string
@@ -53,7 +55,8 @@ func AddConsumer(coll *mongo.Collection, c *Consumer) (remove func()) {
 	return add(registry.consumers, namespaceOf(coll), c)
 }
 
-// AddWaiter makes w hear of the runs of coll that end, until remove.
+// AddWaiter makes w hear of the tasks of coll that may have ended, until
+// remove.
 func AddWaiter(coll *mongo.Collection, w *Waiter) (remove func()) {
 	return add(registry.waiters, namespaceOf(coll), w)
 }
@@ -96,8 +99,8 @@ func Cancel(coll *mongo.Collection, key string) {
 	}
 }
 
-// Ended tells the waiters of coll that a run of task key ended (the task
-// may have reached a final status).
+// Ended tells the waiters of coll that task key may have reached a final
+// status (or invalid): a run of it ended, or a write ended it.
 func Ended(coll *mongo.Collection, key string) {
 	registry.mu.Lock()
 	defer registry.mu.Unlock()

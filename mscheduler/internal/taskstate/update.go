@@ -47,6 +47,26 @@ func (u *update) doc() bson.D {
 	return out
 }
 
+// EndsTask says update sets a status in which the task runs no more until
+// a person acts: a final one, or invalid. The process's waiters hear of
+// run ends; whoever applies such an update tells them too, as no run end
+// will when no run is going.
+func EndsTask(update bson.D) bool {
+	for _, part := range update {
+		if part.Key != "$set" {
+			continue
+		}
+		fields, _ := part.Value.(bson.D)
+		for _, f := range fields {
+			if f.Key == stored.FStatus {
+				s, _ := f.Value.(stored.Status)
+				return s.Final() || s == stored.StatusInvalid
+			}
+		}
+	}
+	return false
+}
+
 // runsLeft is how many runs hold a task after a write, as far as the
 // write knows.
 type runsLeft int
