@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/engine"
@@ -36,6 +37,7 @@ type Worker struct {
 type WorkerRun struct {
 	Key, RunID string
 	Lease      time.Time
+	Params     bson.RawValue // as the run's handler receives them
 }
 
 // NewWorker makes a worker of coll named id whose clock is wall and mono
@@ -115,7 +117,7 @@ func (w *Worker) ClaimBatch(ctx context.Context, k int) ([]WorkerRun, error) {
 
 func (w *Worker) hold(r *lease.Run) *WorkerRun {
 	w.runs[r.RunID] = r
-	return &WorkerRun{Key: r.Key, RunID: r.RunID, Lease: r.Lease()}
+	return &WorkerRun{Key: r.Key, RunID: r.RunID, Lease: r.Lease(), Params: r.Doc.Params}
 }
 
 // Runs are the runs the worker holds, as it knows them.
