@@ -35,8 +35,8 @@ import (
 // after a params update runs the new params.
 //
 // Depth 1 (one action at one boundary) is enumerated in full. With
-// -explore.depth=2, pairs of actions at one boundary, and two workers each
-// held at a boundary of their own, are sampled: -explore.samples of them.
+// -explore.depth=2, pairs of actions at one boundary are sampled as well:
+// -explore.samples of them, from -explore.seed.
 
 var (
 	exploreDepth   = flag.Int("explore.depth", 1, "1: every (operation, boundary, action); 2: also sampled pairs")

@@ -67,10 +67,13 @@ func TestStateMachine(t *testing.T) {
 	if !flagSet("rapid.steps") {
 		_ = flag.Set("rapid.steps", fmt.Sprint(machineSteps))
 	}
+	// The workers' batch claims and batched run ends reach the server
+	// statement by statement, as MongoDB applies them.
+	client := splitClient(t)
 	var seq int
 	rapid.Check(t, func(rt *rapid.T) {
 		seq++
-		m := newMachine(t, rt, seq)
+		m := newMachine(t, rt, client, seq)
 		defer m.close()
 		rt.Repeat(m.actions())
 		m.finish(rt)
@@ -158,11 +161,32 @@ type machine struct {
 	log     []string
 }
 
-func newMachine(t *testing.T, rt *rapid.T, seq int) *machine {
+// splitClient is a client whose write commands reach the test server
+// statement by statement, through a HoldProxy that splits them; the shared
+// client when the server has several hosts.
+func splitClient(t *testing.T) *mongo.Client {
+	hosts := options.Client().ApplyURI(mschedulertest.URI()).Hosts
+	if len(hosts) != 1 {
+		return mschedulertest.Client()
+	}
+	p, err := mschedulertest.StartHoldProxy(hosts[0], mschedulertest.HoldOptions{Split: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(p.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	return client
+}
+
+func newMachine(t *testing.T, rt *rapid.T, client *mongo.Client, seq int) *machine {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	name := fmt.Sprintf("machine_%d_%s", seq, hex.EncodeToString(b[:]))
-	coll := mschedulertest.Client().Database(mschedulertest.Database).Collection(name)
+	coll := client.Database(mschedulertest.Database).Collection(name)
 	ctx := context.Background()
 	if err := mscheduler.EnsureIndexes(ctx, coll); err != nil {
 		rt.Fatalf("EnsureIndexes: %v", err)

@@ -376,8 +376,9 @@ func setUp(t *testing.T, m mix, prefix, sub, what string, env workerEnv) *soakEn
 		t.Fatal(err)
 	}
 	env.uri, env.db, env.coll, env.dir = e.uri, soakDatabase, e.coll.Name(), e.logDir
+	env.uri = splitURI(t, e.uri)
 	if *delayFlag != "" {
-		env.uri = slowURI(t, e.uri, *delayFlag)
+		env.uri = slowURI(t, env.uri, *delayFlag)
 	}
 	skews := make([]time.Duration, workers)
 	skews[skewedSlot] = clockSkew
@@ -475,6 +476,25 @@ func TestSoak(t *testing.T) {
 	if *delayFlag != "" {
 		checkNoLeaseLost(t, e.pool)
 	}
+}
+
+// splitURI starts a HoldProxy that splits write commands in front of the
+// server of uri and returns a URI through it: the workers' batch claims and
+// batched run ends reach the server statement by statement, with other
+// workers' commands between them, as MongoDB applies them (the development
+// server runs each command whole). A URI of several hosts is used as it is.
+func splitURI(t *testing.T, uri string) string {
+	t.Helper()
+	hosts := options.Client().ApplyURI(uri).Hosts
+	if len(hosts) != 1 {
+		return uri
+	}
+	p, err := mschedulertest.StartHoldProxy(hosts[0], mschedulertest.HoldOptions{Split: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p.URI()
 }
 
 // slowURI starts a DelayProxy in front of the server of uri and returns a
