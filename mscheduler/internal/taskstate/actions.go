@@ -256,13 +256,12 @@ func Publish(t *stored.Task, insert bson.D, updateParams, moveRunAt, skipRunning
 		u.Set(stored.FRunAt, t.RunAt)
 	}
 	if len(u.set) > 0 {
+		// Not rev: a rev edited by hand into another type would get the
+		// whole PublishMany refused. A claim as read is fenced on the
+		// params themselves (AsReadFence).
 		u.Set(stored.FUpdatedAt, t.UpdatedAt)
-		// What a claim hands the handler changed: a claim fenced on the
-		// task as read (AsReadFence) must miss, even within the
-		// millisecond of updated_at.
-		u.Inc(stored.FRev, 1)
 	}
-	u.setOnInsert = without(insert, append(fieldsOf(u.set), fieldsOf(u.inc)...)...)
+	u.setOnInsert = without(insert, fieldsOf(u.set)...)
 	return filter, u.doc()
 }
 

@@ -135,10 +135,14 @@ func Claim(workerID string, h stored.Holder, nextExpiry, now time.Time) bson.D {
 	return u.doc()
 }
 
+// ExactParamsMax bounds the params of an exact candidate: its claim is
+// fenced on them (AsReadFence), so it carries them to the server again.
+const ExactParamsMax = 4 << 10
+
 // ExactCandidate says a candidate read in full can be claimed without a
 // read back (see ClaimedAsRead): concurrency 1, an integer rev to fence
-// on, and the fields the claim writes in the shapes ClaimedAsRead applies
-// them to.
+// on, params of at most ExactParamsMax bytes, and the fields the claim
+// writes in the shapes ClaimedAsRead applies them to.
 func ExactCandidate(raw bson.Raw) bool {
 	conc, ok := raw.Lookup(stored.FConcurrency).AsInt64OK()
 	if !ok || conc != 1 {
@@ -148,6 +152,9 @@ func ExactCandidate(raw bson.Raw) bool {
 		if t := raw.Lookup(f).Type; t != bson.TypeInt32 && t != bson.TypeInt64 {
 			return false
 		}
+	}
+	if len(raw.Lookup(stored.FParams).Value) > ExactParamsMax {
+		return false // the claim would carry them back: a read back costs less
 	}
 	if t := raw.Lookup(stored.FHolders).Type; t != 0 && t != bson.TypeEmbeddedDocument {
 		return false
@@ -160,16 +167,17 @@ func ExactCandidate(raw bson.Raw) bool {
 }
 
 // AsReadFence fences a claim of an exact candidate on the task being the
-// one read: the same rev (every change a run makes raises it, and so does
-// every write that changes what a claim hands the handler), the same
-// updated_at (every change the library makes sets it, Publish's included)
-// and the same created_at (a task deleted and published again under its
-// key starts at rev 0 again). A field the task lacks must still be
-// missing. Equalities only, so no hand-edited type can get the claim
-// refused.
+// one read: the same rev (every change a run makes raises it), the same
+// updated_at (every change the library makes sets it, Publish's included),
+// the same created_at (a task deleted and published again under its key
+// starts at rev 0 again), and the same params, which the claim hands the
+// handler as read: a params update within the millisecond of updated_at,
+// or made by hand, must not be claimed over. A field the task lacks must
+// still be missing. Equalities only, so no hand-edited type can get the
+// claim refused.
 func AsReadFence(raw bson.Raw) bson.D {
 	var f bson.D
-	for _, field := range []string{stored.FRev, stored.FUpdatedAt, stored.FCreatedAt} {
+	for _, field := range []string{stored.FRev, stored.FUpdatedAt, stored.FCreatedAt, stored.FParams} {
 		if v := raw.Lookup(field); v.Type != 0 {
 			f = append(f, bson.E{Key: field, Value: v})
 		} else {
