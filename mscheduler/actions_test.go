@@ -266,3 +266,44 @@ func TestGetShowsHolders(t *testing.T) {
 		t.Fatalf("List = %+v, %v", list, err)
 	}
 }
+
+// TestTaskThatRunsNoMoreListsNoUpcomingTimes: a recurring task cancelled,
+// or stored in another final status, has no upcoming planned times in Get
+// or List, though its plan still has times to come.
+func TestTaskThatRunsNoMoreListsNoUpcomingTimes(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	plan := mscheduler.Every(1, mscheduler.Hour)
+	plan.Start = time.Now().Add(time.Hour)
+	keys := []string{"cancelled", "failed", "succeeded"}
+	for _, key := range keys {
+		if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: key, Plan: &plan}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ti, err := p.Get(ctxT(t), "cancelled"); err != nil || ti.Plan == nil || len(ti.Plan.Upcoming) != mscheduler.UpcomingDefault {
+		t.Fatalf("Get of a pending plan = %+v, %v; want %d upcoming times", ti, err, mscheduler.UpcomingDefault)
+	}
+	if err := p.Cancel(ctxT(t), "cancelled"); err != nil {
+		t.Fatal(err)
+	}
+	// No run leaves a plan failed or succeeded (each occurrence's end
+	// moves it on), but a document may say so.
+	setFields(t, coll, "failed", bson.D{{Key: "status", Value: "failed"}})
+	setFields(t, coll, "succeeded", bson.D{{Key: "status", Value: "succeeded"}, {Key: "free", Value: 0}, {Key: "succeeded", Value: 1}})
+	for _, key := range keys {
+		ti, err := p.Get(ctxT(t), key)
+		if err != nil || ti.Plan == nil || ti.Problem != "" || string(ti.Status) != key || len(ti.Plan.Upcoming) != 0 {
+			t.Errorf("Get of a %s plan = %+v, %v; want it %s, sound, with no upcoming times", key, ti, err, key)
+		}
+	}
+	list, err := p.List(ctxT(t), mscheduler.ListOpts{Recurring: true})
+	if err != nil || len(list) != len(keys) {
+		t.Fatalf("List = %+v, %v; want the %d plans", list, err, len(keys))
+	}
+	for _, ti := range list {
+		if len(ti.Plan.Upcoming) != 0 {
+			t.Errorf("List: %s plan %s has upcoming times %v", ti.Status, ti.Task.Key, ti.Plan.Upcoming)
+		}
+	}
+}

@@ -97,7 +97,8 @@ type PlanInfo struct {
 	// from when the task was read, if each runs on time: the current
 	// occurrence first, unless it is too late for the missed-run policy
 	// (then the one that will run in its place). At most
-	// [UpcomingDefault]; empty when the plan is finished.
+	// [UpcomingDefault]; empty when the task runs no more: succeeded,
+	// failed, finished, cancelled or invalid.
 	Upcoming []time.Time
 }
 
@@ -339,11 +340,14 @@ func newTaskInfo[P any](raw bson.Raw, now time.Time) *TaskInfo[P] {
 	return info
 }
 
-// upcoming lists the next n planned times of a stored plan from now.
+// upcoming lists the next n planned times of a stored plan from now; none
+// for a task that runs no more, whatever its plan still says: every view
+// of a task (Get, List, and the pages and commands built on them) shows
+// its upcoming times from here.
 func upcoming(doc *taskDoc, now time.Time, n int) []time.Time {
 	pl := doc.Plan
 	s, err := scheduleOf(pl)
-	if err != nil || doc.Status == StatusFinished || doc.Status == StatusInvalid {
+	if err != nil || done(doc.Status) {
 		return nil
 	}
 	first := s.firstStart(pl, doc.Running, doc.Succeeded, doc.FailedRuns, now)

@@ -310,6 +310,9 @@ func TestActions(t *testing.T) {
 	if a, b := f.status("later-1"), f.status("report-hourly"); a != mscheduler.StatusCancelled || b != mscheduler.StatusCancelled {
 		t.Fatalf("after bulk cancel: %s, %s", a, b)
 	}
+	// A cancelled plan has no next planned time, on any page.
+	f.get(f.taskPath("report-hourly")).want(t, "a cancelled plan's page", 200, "none: the task is cancelled")
+	f.get("schedules?c="+c).want(t, "schedules with a cancelled plan", 200, "<td>none</td>")
 	f.post("tasks?c="+c, f.bulk("delete", "later-1", "report-hourly")).want(t, "bulk delete", 303)
 	if list, err := f.producer.List(t.Context(), mscheduler.ListOpts{}); err != nil || len(list) != 1 || list[0].Task.Key != "broken-1" {
 		t.Fatalf("after bulk delete: %d tasks (%v), want broken-1 alone", len(list), err)

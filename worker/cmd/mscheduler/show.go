@@ -98,7 +98,7 @@ func printTask(c *cli, ti *info, t *taskJSON, full bool) error {
 		if st := ti.Plan; st != nil {
 			line("plan planned", "%s", timeText(st.Planned))
 			line("plan runs", "%d run%s, %d skipped (%d missed), %d to skip next", st.Runs, plural(st.Runs), st.Skipped, st.Missed, st.SkipNext)
-			line("plan next", "%s", upcomingText(st.Upcoming, showUpcoming))
+			line("plan next", "%s", upcomingText(ti, showUpcoming))
 		}
 	} else {
 		line("plan", "none")
@@ -159,10 +159,16 @@ func cut(s string, full bool) string {
 	return fmt.Sprintf("%s… (%d bytes; --full prints it whole)", s[:end], len(s))
 }
 
-// upcomingText lists planned times.
-func upcomingText(times []time.Time, n int) string {
-	if len(times) == 0 {
-		return "none: the plan is finished"
+// upcomingText lists the task's upcoming planned times; without any, it
+// says why.
+func upcomingText(ti *info, n int) string {
+	times := ti.Plan.Upcoming
+	switch {
+	case len(times) > 0:
+	case ti.Problem != "":
+		return "none until repaired"
+	default:
+		return "none: the task is " + string(ti.Status)
 	}
 	parts := make([]string, 0, n)
 	for _, t := range times[:min(n, len(times))] {

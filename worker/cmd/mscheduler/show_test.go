@@ -70,6 +70,8 @@ func TestShowPlan(t *testing.T) {
 	if !lib.Plan.Upcoming[0].Equal(lib.Plan.Planned) || !lib.Plan.Upcoming[1].Equal(lib.Plan.Planned.Add(time.Hour)) {
 		t.Errorf("upcoming %v, want the planned time, then hourly", lib.Plan.Upcoming)
 	}
+	f.run("cancel", "report-hourly").wantOK(t)
+	wantLines(t, f.run("show", "report-hourly").wantOK(t).stdout, map[string]string{"plan next": "none: the task is cancelled"})
 }
 
 func TestShowJSON(t *testing.T) {
