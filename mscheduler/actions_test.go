@@ -307,3 +307,56 @@ func TestTaskThatRunsNoMoreListsNoUpcomingTimes(t *testing.T) {
 		}
 	}
 }
+
+// TestActionsIfUnchanged: Retry, Cancel and Delete given IfUnchanged with
+// the task as read act only while it is so: an Update (which moves its
+// rev) or a publish of new params (which moves only updated_at) since the
+// read refuses them, and nothing is written.
+func TestActionsIfUnchanged(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", RunAt: time.Now().Add(time.Hour)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	read := func() *mscheduler.TaskInfo[int] {
+		t.Helper()
+		ti, err := p.Get(ctxT(t), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ti
+	}
+	was := read()
+	if err := p.Update(ctxT(t), "k", mscheduler.TaskUpdate{Description: new("edited")}); err != nil {
+		t.Fatal(err)
+	}
+	if now := read(); now.Rev == was.Rev {
+		t.Fatalf("Update left rev %d", now.Rev)
+	}
+	wantNotApplicable(t, p.Cancel(ctxT(t), "k", mscheduler.IfUnchanged(was.Rev, was.UpdatedAt)), "cancel")
+	was = read()
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", Params: 7}, &mscheduler.PublishOpts{UpdateParams: true}); err != nil {
+		t.Fatal(err)
+	}
+	wantNotApplicable(t, p.Delete(ctxT(t), "k", nil, mscheduler.IfUnchanged(was.Rev, was.UpdatedAt)), "delete")
+	if now := read(); now.Status != mscheduler.StatusPending || now.Task.Params != 7 {
+		t.Fatalf("after refused actions: %s, params %d; want pending, 7", now.Status, now.Task.Params)
+	}
+
+	was = read()
+	if err := p.Cancel(ctxT(t), "k", mscheduler.IfUnchanged(was.Rev, was.UpdatedAt)); err != nil {
+		t.Fatal(err)
+	}
+	wantNotApplicable(t, p.Retry(ctxT(t), "k", mscheduler.IfUnchanged(was.Rev, was.UpdatedAt)), "retry")
+	was = read()
+	if err := p.Retry(ctxT(t), "k", mscheduler.IfUnchanged(was.Rev, was.UpdatedAt)); err != nil {
+		t.Fatal(err)
+	}
+	was = read()
+	if err := p.Delete(ctxT(t), "k", nil, mscheduler.IfUnchanged(was.Rev, was.UpdatedAt)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Get(ctxT(t), "k"); !errors.Is(err, mscheduler.ErrNotFound) {
+		t.Fatalf("after delete: %v", err)
+	}
+}

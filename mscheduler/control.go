@@ -82,10 +82,11 @@ func ownerStep(step Step, skipNext int) *taskstate.Step {
 const rewriteTries = 5
 
 // rewrite reads the task, builds a write from what it read, and applies it
-// fenced on the task's rev as read, reading again when a concurrent write
-// moved the task. A nil write means there is nothing to do; an error from
-// build is returned as it is, and nothing is written. A stored field the
-// action needs (need) that cannot be read refuses it, naming the field.
+// fenced on the task as read (fence), reading again when a concurrent
+// write moved the task. A nil write means there is nothing to do; an
+// error from build is returned as it is, and nothing is written. A stored
+// field the action needs (need) that cannot be read refuses it, naming
+// the field.
 func (p *Producer[P]) rewrite(ctx context.Context, key, verb string, need func(string) bool, build func(doc *readTask, now time.Time) (bson.D, error)) error {
 	for try := 0; try < rewriteTries; try++ {
 		doc, err := p.read(ctx, key, verb, need)
@@ -96,7 +97,7 @@ func (p *Producer[P]) rewrite(ctx context.Context, key, verb string, need func(s
 		if err != nil || update == nil {
 			return err
 		}
-		res, err := p.coll.UpdateOne(ctx, append(taskstate.ByID(doc.RawID), taskstate.SameRev(doc.rawRev)), update)
+		res, err := p.coll.UpdateOne(ctx, doc.fence(), update)
 		if err != nil {
 			return fmt.Errorf("mscheduler: %s %q: %w", verb, key, err)
 		}
@@ -147,13 +148,21 @@ func (p *Producer[P]) read(ctx context.Context, key, verb string, need func(stri
 			return nil, fmt.Errorf("mscheduler: %s %q: the document cannot be read: %w", verb, key, prob)
 		}
 	}
-	return &readTask{Task: doc, rawRev: raw.Lookup(fRev)}, nil
+	return &readTask{Task: doc, rawRev: raw.Lookup(fRev), rawUpdatedAt: raw.Lookup(fUpdatedAt)}, nil
 }
 
 // readTask is a task as an action read it.
 type readTask struct {
 	*stored.Task
-	rawRev bson.RawValue // the rev as stored, whatever its type: the action's fence
+	// rawRev and rawUpdatedAt are as stored, whatever their type: the
+	// action's fence.
+	rawRev, rawUpdatedAt bson.RawValue
+}
+
+// fence selects the task only while it is as read: the write of an action
+// never lands on a task that changed since, even one only republished.
+func (doc *readTask) fence() bson.D {
+	return taskstate.Unchanged(doc.RawID, doc.rawRev, doc.rawUpdatedAt)
 }
 
 // SkipNextMax is the most planned times one SkipNext call skips; to stop a

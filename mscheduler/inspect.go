@@ -28,6 +28,11 @@ type TaskInfo[P any] struct {
 	// Plan is where the task's plan stands; nil for a task without one.
 	Plan                 *PlanInfo
 	CreatedAt, UpdatedAt time.Time
+	// Rev is raised by every write that changes the task's state (a claim,
+	// a run end, an action, Update), not by a lease renewal; a publish
+	// that replaces params or run_at moves UpdatedAt only. Together they
+	// say whether the task changed since it was read: see [IfUnchanged].
+	Rev int64
 	// Problem names the field that keeps the task from running as stored,
 	// and why: what a worker stored when it set the task invalid, or what
 	// reading the document found now. Empty for a sound task.
@@ -307,7 +312,7 @@ func newTaskInfo[P any](raw bson.Raw, now time.Time) *TaskInfo[P] {
 	info := &TaskInfo[P]{
 		Task: *t, Status: doc.Status, Paused: doc.Paused,
 		Free: doc.Free, Running: doc.Running, Succeeded: doc.Succeeded, FailedRuns: doc.FailedRuns,
-		CreatedAt: doc.CreatedAt, UpdatedAt: doc.UpdatedAt,
+		CreatedAt: doc.CreatedAt, UpdatedAt: doc.UpdatedAt, Rev: doc.Rev,
 	}
 	for w, h := range doc.Holders {
 		info.Holders = append(info.Holders, HolderInfo{WorkerID: w, RunID: h.Run, Started: h.Started, LeaseUntil: h.LeaseUntil, Attempt: h.Attempt})

@@ -185,12 +185,14 @@ func parseParams(text string) (bson.RawValue, error) {
 var errBadAction = errors.New("unknown action")
 
 // apply runs one action through the library; form holds its values.
-func (d *Dashboard) apply(ctx context.Context, p *mscheduler.Producer[bson.RawValue], key, action string, form url.Values) error {
+// Retry, cancel and delete (the bulk actions) apply only to a task that
+// meets conds.
+func (d *Dashboard) apply(ctx context.Context, p *mscheduler.Producer[bson.RawValue], key, action string, form url.Values, conds ...mscheduler.Condition) error {
 	switch action {
 	case "retry":
-		return p.Retry(ctx, key)
+		return p.Retry(ctx, key, conds...)
 	case "cancel":
-		return p.Cancel(ctx, key)
+		return p.Cancel(ctx, key, conds...)
 	case "run-now":
 		return p.RunNow(ctx, key)
 	case "pause":
@@ -198,7 +200,7 @@ func (d *Dashboard) apply(ctx context.Context, p *mscheduler.Producer[bson.RawVa
 	case "resume":
 		return p.Resume(ctx, key)
 	case "delete":
-		return p.Delete(ctx, key, &mscheduler.DeleteOpts{Force: true})
+		return p.Delete(ctx, key, &mscheduler.DeleteOpts{Force: true}, conds...)
 	case "skip":
 		n := form.Get("n")
 		count, err := strconv.Atoi(n)
@@ -265,13 +267,18 @@ func (d *Dashboard) actMany(w http.ResponseWriter, r *http.Request) {
 	done := 0
 	var refused []string
 	for _, key := range keys {
-		// Each task as the page showed it, as a single action checks: a
-		// stale page must not delete or cancel tasks that changed since.
+		// Each task as the page showed it: a stale page must not delete or
+		// cancel tasks that changed since, even back to the same status.
 		if why := d.changedSince(ctx, p, key, r.PostForm.Get("seen:"+key)); why != "" {
 			refused = append(refused, key+" ("+why+")")
 			continue
 		}
-		err := d.apply(ctx, p, key, action, nil)
+		shown, ok := parseVersion(r.PostForm.Get("version:" + key))
+		if !ok {
+			refused = append(refused, key+" (the page did not say which version of the task it showed: reload the page)")
+			continue
+		}
+		err := d.apply(ctx, p, key, action, nil, shown)
 		switch {
 		case err == nil:
 			done++
@@ -287,6 +294,25 @@ func (d *Dashboard) actMany(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	seeOther(w, r, "tasks?"+url.Values{"c": {c}, "done": {fmt.Sprintf("%s:%d", action, done)}}.Encode())
+}
+
+// versionOf is the version of a task a page shows, for a bulk action to
+// act on that version only: its rev and updated_at (milliseconds, as
+// stored), which a publish of new params moves without the rev.
+func versionOf(rev int64, updated time.Time) string {
+	return strconv.FormatInt(rev, 10) + "@" + strconv.FormatInt(updated.UnixMilli(), 10)
+}
+
+// parseVersion reads a version made by versionOf as the condition that
+// the task is still at it.
+func parseVersion(s string) (mscheduler.Condition, bool) {
+	rev, ms, found := strings.Cut(s, "@")
+	r, err1 := strconv.ParseInt(rev, 10, 64)
+	m, err2 := strconv.ParseInt(ms, 10, 64)
+	if !found || err1 != nil || err2 != nil {
+		return mscheduler.Condition{}, false
+	}
+	return mscheduler.IfUnchanged(r, time.UnixMilli(m)), true
 }
 
 func orUnknown(s string) string {

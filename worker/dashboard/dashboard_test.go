@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +80,25 @@ func startFixture(t *testing.T, cfg dashboard.Config) *fixture {
 	if _, err := p.PublishMany(ctx, tasks, nil); err != nil {
 		t.Fatal(err)
 	}
+	runDue(t, coll, p, "welcome-1", "broken-1")
+	cfg.Collections = []string{coll.Name()}
+	d, err := dashboard.New(coll.Database(), &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d)
+	t.Cleanup(srv.Close)
+	client := srv.Client()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &fixture{t: t, coll: coll, producer: p, server: srv, client: client, token: cfg.Token}
+}
+
+// runDue runs the tasks of coll that are due until each of keys is done,
+// as the fixture's worker: it sends the emails, failing those without a
+// recipient.
+func runDue(t *testing.T, coll *mongo.Collection, p *mscheduler.Producer[email], keys ...string) {
+	t.Helper()
+	ctx := t.Context()
 	c, err := mscheduler.NewConsumer(coll, func(_ context.Context, task *mscheduler.Task[email]) (string, error) {
 		if task.Params.To == "" {
 			return "", errors.New("no recipient")
@@ -91,7 +112,7 @@ func startFixture(t *testing.T, cfg dashboard.Config) *fixture {
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{"welcome-1", "broken-1"} {
+	for _, key := range keys {
 		if _, err := p.Wait(ctx, key); err != nil {
 			t.Fatal(err)
 		}
@@ -101,16 +122,6 @@ func startFixture(t *testing.T, cfg dashboard.Config) *fixture {
 	if err := c.Stop(stopCtx); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Collections = []string{coll.Name()}
-	d, err := dashboard.New(coll.Database(), &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(d)
-	t.Cleanup(srv.Close)
-	client := srv.Client()
-	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &fixture{t: t, coll: coll, producer: p, server: srv, client: client, token: cfg.Token}
 }
 
 // workerOf is the id of the fixture's worker: its own, since every test
@@ -174,18 +185,18 @@ func (f *fixture) post(path string, form url.Values) page {
 	return f.do(f.authorized(f.request(http.MethodPost, path, form)))
 }
 
-// bulk is the form of a bulk action on keys, each with the state the
-// page would show now.
+// bulk is the form of a bulk action on keys as the tasks page drawn now
+// sends it: each key with what the page shows of its task.
 func (f *fixture) bulk(action string, keys ...string) url.Values {
 	f.t.Helper()
+	list := f.get("tasks?" + url.Values{"c": {f.coll.Name()}}.Encode())
 	form := url.Values{"action": {action}, "key": keys}
 	for _, key := range keys {
-		if ti, err := f.producer.Get(f.t.Context(), key); err == nil {
-			st := string(ti.Status)
-			if ti.Paused {
-				st += ",paused"
+		for _, field := range []string{"seen:" + key, "version:" + key} {
+			shown := regexp.MustCompile(`name="` + regexp.QuoteMeta(field) + `" value="([^"]*)"`).FindStringSubmatch(list.body)
+			if shown != nil {
+				form.Set(field, html.UnescapeString(shown[1]))
 			}
-			form.Set("seen:"+key, st)
 		}
 	}
 	return form

@@ -211,6 +211,7 @@ type taskRow struct {
 	Holders, Tags, WorkerIDs                 []string
 	PingInterval, WorkerTimeout              time.Duration
 	Created, Updated                         time.Time
+	Rev                                      int64
 }
 
 func newTaskRow(ti *mscheduler.TaskInfo[bson.RawValue]) taskRow {
@@ -220,7 +221,7 @@ func newTaskRow(ti *mscheduler.TaskInfo[bson.RawValue]) taskRow {
 		Status: ti.Status, Paused: ti.Paused, Running: ti.Running, Free: ti.Free, Succeeded: ti.Succeeded,
 		Concurrency: t.Concurrency, Failed: ti.FailedRuns, MaxFailed: t.MaxFailedRuns, Priority: t.Priority,
 		Tags: t.Tags, WorkerIDs: t.WorkerIDs, PingInterval: t.PingInterval, WorkerTimeout: t.WorkerTimeout,
-		Created: ti.CreatedAt, Updated: ti.UpdatedAt, Headers: headersText(t.Headers),
+		Created: ti.CreatedAt, Updated: ti.UpdatedAt, Rev: ti.Rev, Headers: headersText(t.Headers),
 	}
 	for _, h := range ti.Holders {
 		row.Holders = append(row.Holders, h.WorkerID)

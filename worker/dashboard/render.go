@@ -94,6 +94,7 @@ var funcs = template.FuncMap{
 	"ms":         func(d time.Duration) string { return d.Round(time.Millisecond).String() },
 	"took":       tookText,
 	"stateOf":    stateOf,
+	"versionOf":  versionOf,
 	"shellQuote": shellQuote,
 	"add":        func(a, b int) int { return a + b },
 	"truncated":  truncated,

@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -144,6 +145,58 @@ func TestBulkActionChecksEachTasksState(t *testing.T) {
 	}
 	form = url.Values{"action": {"delete"}, "key": {"later-1"}} // no state at all: a hand-made form
 	f.post("tasks?c="+f.coll.Name(), form).want(t, "a bulk delete without states", http.StatusConflict, "it was not said, it is pending now")
+}
+
+// A bulk action acts on each task only at the version the page showed: a
+// task that failed again since, its status the same, is left and named;
+// the same page drawn again deletes it.
+func TestStaleBulkActionLeavesATaskThatRanSince(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, dashboard.Config{})
+	stale := f.bulk("delete", "broken-1")
+	if err := f.producer.Retry(t.Context(), "broken-1"); err != nil {
+		t.Fatal(err)
+	}
+	runDue(t, f.coll, f.producer, "broken-1")
+	if s := f.status("broken-1"); s != mscheduler.StatusFailed {
+		t.Fatalf("broken-1 run again is %s, want failed again", s)
+	}
+	f.post("tasks?c="+f.coll.Name(), stale).want(t, "a stale bulk delete", http.StatusConflict,
+		"done on 0 task(s); refused on 1: broken-1 (it changed since it was read: rev ")
+	if _, err := f.producer.Get(t.Context(), "broken-1"); err != nil {
+		t.Fatalf("the task that ran since the page was drawn was deleted: %v", err)
+	}
+	f.post("tasks?c="+f.coll.Name(), f.bulk("delete", "broken-1")).want(t, "a fresh bulk delete", http.StatusSeeOther)
+	if _, err := f.producer.Get(t.Context(), "broken-1"); !errors.Is(err, mscheduler.ErrNotFound) {
+		t.Fatalf("a fresh page's bulk delete left the task: %v", err)
+	}
+}
+
+// A bulk action leaves a pending task edited since the page was drawn:
+// its params replaced (which moves no rev) or its options updated.
+func TestStaleBulkActionLeavesAnEditedTask(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, dashboard.Config{})
+	c := f.coll.Name()
+	stale := f.bulk("cancel", "later-1", "report-hourly")
+	f.post(f.taskPath("later-1"), url.Values{"action": {"params"}, "seen": {"pending"}, "params": {`{"to": "carol@example.com"}`}}).
+		want(t, "edit params", http.StatusSeeOther)
+	if err := f.producer.Update(t.Context(), "report-hourly", mscheduler.TaskUpdate{Description: new("daily report")}); err != nil {
+		t.Fatal(err)
+	}
+	f.post("tasks?c="+c, stale).want(t, "a stale bulk cancel", http.StatusConflict,
+		"refused on 2: later-1 (it changed since it was read", "report-hourly (it changed since it was read")
+	if a, b := f.status("later-1"), f.status("report-hourly"); a != mscheduler.StatusPending || b != mscheduler.StatusPending {
+		t.Fatalf("a stale bulk cancel left later-1 %s, report-hourly %s; want both pending", a, b)
+	}
+	noVersion := f.bulk("cancel", "later-1")
+	noVersion.Del("version:later-1")
+	f.post("tasks?c="+c, noVersion).want(t, "a bulk cancel without versions", http.StatusConflict,
+		"later-1 (the page did not say which version of the task it showed")
+	f.post("tasks?c="+c, f.bulk("cancel", "later-1", "report-hourly")).want(t, "a fresh bulk cancel", http.StatusSeeOther)
+	if a, b := f.status("later-1"), f.status("report-hourly"); a != mscheduler.StatusCancelled || b != mscheduler.StatusCancelled {
+		t.Fatalf("a fresh bulk cancel left later-1 %s, report-hourly %s", a, b)
+	}
 }
 
 // An action is a url-encoded form: a multipart body is refused unread.

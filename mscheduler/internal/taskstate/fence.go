@@ -62,9 +62,20 @@ func RevFence(rev int64) bson.E {
 
 // SameRev matches a task whose rev is exactly as read, whatever its type
 // (missing: still missing).
-func SameRev(rev bson.RawValue) bson.E {
-	if rev.Type == 0 {
-		return bson.E{Key: stored.FRev, Value: Op("$exists", false)}
+func SameRev(rev bson.RawValue) bson.E { return sameField(stored.FRev, rev) }
+
+// Unchanged selects the task with the _id only while its rev and
+// updated_at are exactly as read: every change of its state moves rev,
+// and a publish that replaces its params or run_at moves updated_at.
+func Unchanged(id, rev, updatedAt bson.RawValue) bson.D {
+	return append(ByID(id), SameRev(rev), sameField(stored.FUpdatedAt, updatedAt))
+}
+
+// sameField matches a field exactly as read, whatever its type (missing:
+// still missing).
+func sameField(field string, v bson.RawValue) bson.E {
+	if v.Type == 0 {
+		return bson.E{Key: field, Value: Op("$exists", false)}
 	}
-	return bson.E{Key: stored.FRev, Value: rev}
+	return bson.E{Key: field, Value: v}
 }
