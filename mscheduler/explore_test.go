@@ -22,7 +22,7 @@ import (
 
 // The interleaving explorer runs each multi-command operation of a worker
 // (a claim alone, batch claims with and without a read back, the plan
-// gate, a ping, run ends alone and batched, a sweep) through a HoldProxy
+// gate, pings and run ends alone and batched, a sweep, a maintenance pass) through a HoldProxy
 // that splits write commands statement by statement, as MongoDB applies
 // them. It first records the commands the operation sends; then, for every
 // boundary (before each command or statement, and after the last one
@@ -163,6 +163,10 @@ var exploreOps = []exploreOp{
 	{name: "plan gate begin", tasks: 1, task: planTask(2), run: func(c *exCase) error { return c.claimedOne(c.w.Claim(c.x.ctx)) }},
 	{name: "ping", tasks: 1, task: plainTask(1), setup: (*exCase).claimAll, run: func(c *exCase) error {
 		_, err := c.w.Ping(c.x.ctx, c.prepared[0].RunID)
+		return err
+	}},
+	{name: "pings batched", tasks: 2, task: plainTask(1), setup: (*exCase).claimAll, run: func(c *exCase) error {
+		_, err := c.w.PingTogether(c.x.ctx, []string{c.prepared[0].RunID, c.prepared[1].RunID})
 		return err
 	}},
 	{name: "run end", tasks: 1, task: plainTask(1), setup: (*exCase).claimAll, run: func(c *exCase) error {

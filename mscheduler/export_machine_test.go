@@ -187,6 +187,27 @@ func (w *Worker) Ping(ctx context.Context, runID string) (bool, error) {
 	return held, err
 }
 
+// PingTogether renews the leases of runs in one batch, as the pinger does
+// when several are due; it says, for each, whether it still held its
+// slot.
+func (w *Worker) PingTogether(ctx context.Context, runIDs []string) ([]bool, error) {
+	rs := make([]*lease.Run, len(runIDs))
+	for i, id := range runIDs {
+		r, ok := w.runs[id]
+		if !ok {
+			return nil, fmt.Errorf("no run %s", id)
+		}
+		rs[i] = r
+	}
+	held, err := w.s.PingTogether(ctx, rs)
+	for i, h := range held {
+		if !h && err == nil {
+			delete(w.runs, runIDs[i])
+		}
+	}
+	return held, err
+}
+
 // Die forgets every run of the worker, as a worker killed does: their
 // leases lapse and another worker's sweep expires them.
 func (w *Worker) Die() { clear(w.runs) }

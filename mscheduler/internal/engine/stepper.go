@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -146,6 +147,16 @@ func (s *Stepper) Ping(ctx context.Context, r *lease.Run) (bool, error) {
 	r.SetLease(until)
 	r.SoleHolder = reply.Running == 1
 	return true, nil
+}
+
+// PingTogether renews the leases of rs in one batch, as the pinger does
+// when several are due; it says, for each, whether it still held its slot.
+func (s *Stepper) PingTogether(ctx context.Context, rs []*lease.Run) ([]bool, error) {
+	leases := make([]time.Time, len(rs))
+	for i, r := range rs {
+		leases[i] = s.e.clock.Now().Add(r.WorkerTimeout)
+	}
+	return s.e.pinger.RenewTogether(ctx, rs, leases)
 }
 
 // Sweep expires the runs whose lease lapsed, as the upkeep loop's sweep

@@ -108,6 +108,33 @@ func (p *Pinger) renewBatch(ctx, loop context.Context, items []pingItem, sent ti
 	return out
 }
 
+// RenewTogether renews the leases of runs to leases in one batch, as the
+// pinger's loop does when several are due: one update of a statement each,
+// then one read. It says, for each run, whether it still held its slot;
+// a run that did takes its lease. For a caller that drives a worker a
+// step at a time (the engine's Stepper).
+func (p *Pinger) RenewTogether(ctx context.Context, runs []*Run, leases []time.Time) ([]bool, error) {
+	items := make([]pingItem, len(runs))
+	for i, r := range runs {
+		items[i] = pingItem{run: r, lease: leases[i], attempt: int(r.Attempt.Load()), sole: r.SoleHolder}
+	}
+	results := p.renewBatch(ctx, ctx, items, p.clock.Now(), func([]pingResult) {})
+	held := make([]bool, len(results))
+	var errs []error
+	for i, res := range results {
+		if res.err != nil {
+			errs = append(errs, res.err)
+			continue
+		}
+		if res.reply != nil {
+			held[i] = true
+			res.run.SetLease(res.lease)
+			res.run.SoleHolder = res.reply.Running == 1
+		}
+	}
+	return held, errors.Join(errs...)
+}
+
 // readBack reads the pinged tasks as their pings left them, by key.
 func (p *Pinger) readBack(ctx context.Context, keys bson.A) (map[string]bson.Raw, error) {
 	tasks, err := query.ByID(ctx, p.coll, keys, append(p.pingProjection(), bson.E{Key: stored.HolderPath(p.workerID), Value: 1}))
