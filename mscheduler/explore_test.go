@@ -95,6 +95,9 @@ type exploreAction struct {
 	// check says what must hold once the operation finished; before says
 	// the action landed before the operation's claim of keys[0] was sent.
 	check func(c *exCase, doc bson.Raw, before bool) error
+	// undoes names the actions whose promises this one ends when it
+	// applies after them (a retry after a cancel).
+	undoes []string
 }
 
 func exploreTask(c *exCase, conc int) mscheduler.Task[map[string]any] {
@@ -252,17 +255,17 @@ var exploreActions = []exploreAction{
 			}
 			return nil
 		}},
-	{name: "pause and resume", apply: func(c *exCase) error {
+	{name: "pause and resume", undoes: []string{"pause"}, apply: func(c *exCase) error {
 		if err := c.x.prod.Pause(c.x.ctx, c.keys[0]); err != nil {
 			return err
 		}
 		return c.x.prod.Resume(c.x.ctx, c.keys[0])
 	}},
 	{name: "skip next", apply: func(c *exCase) error { return c.x.prod.SkipNext(c.x.ctx, c.keys[0], 1) }},
-	{name: "retry", apply: func(c *exCase) error { return c.x.prod.Retry(c.x.ctx, c.keys[0]) }},
+	{name: "retry", undoes: []string{"cancel"}, apply: func(c *exCase) error { return c.x.prod.Retry(c.x.ctx, c.keys[0]) }},
 	{name: "run now", apply: func(c *exCase) error { return c.x.prod.RunNow(c.x.ctx, c.keys[0]) }},
 	{name: "delete", stops: true, apply: func(c *exCase) error { return c.x.prod.Delete(c.x.ctx, c.keys[0], nil) }},
-	{name: "update params", apply: func(c *exCase) error {
+	{name: "update params", undoes: []string{"delete"}, apply: func(c *exCase) error {
 		_, err := c.x.prod.Publish(c.x.ctx, mscheduler.Task[map[string]any]{Key: c.keys[0], Params: map[string]any{"n": 2}}, &mscheduler.PublishOpts{UpdateParams: true})
 		return err
 	}, check: newParamsRun},
@@ -271,11 +274,11 @@ var exploreActions = []exploreAction{
 		_, err := c.x.coll.UpdateOne(c.x.ctx, bson.D{{Key: "_id", Value: c.keys[0]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "params.n", Value: 2}}}})
 		return err
 	}, check: newParamsRun},
-	{name: "publish reset", apply: func(c *exCase) error {
+	{name: "publish reset", undoes: []string{"cancel", "exclude the worker", "delete"}, apply: func(c *exCase) error {
 		_, err := c.x.prod.Publish(c.x.ctx, plainTask(1)(c.keys[0], c), &mscheduler.PublishOpts{ResetFinished: true})
 		return err
 	}},
-	{name: "move run_at", apply: func(c *exCase) error {
+	{name: "move run_at", undoes: []string{"delete"}, apply: func(c *exCase) error {
 		_, err := c.x.prod.Publish(c.x.ctx, mscheduler.Task[map[string]any]{Key: c.keys[0], RunAt: c.x.clock.wall().Add(time.Hour)}, &mscheduler.PublishOpts{MoveRunAt: true})
 		if errors.Is(err, mscheduler.ErrInvalid) {
 			return nil // a plan sets its own run_at
@@ -497,7 +500,7 @@ func (x *explorer) checkCase(op exploreOp, c *exCase, where string, actions []ex
 	for i, key := range c.keys {
 		raw, err := x.coll.FindOne(x.ctx, bson.D{{Key: "_id", Value: key}}, options.FindOne().SetProjection(bson.D{{Key: "runs", Value: 0}})).Raw()
 		if errors.Is(err, mongo.ErrNoDocuments) {
-			if i == 0 && c.applied["delete"] || op.mayGo && !c.applied["publish reset"] && !c.applied["retry"] {
+			if i == 0 && c.applied["delete"] && !undone(actions, "delete", c) || op.mayGo && !c.applied["publish reset"] && !c.applied["retry"] {
 				continue
 			}
 			x.t.Fatalf("%s: task %s is gone", where, key)
@@ -517,8 +520,8 @@ func (x *explorer) checkCase(op exploreOp, c *exCase, where string, actions []ex
 		if i > 0 {
 			continue
 		}
-		for _, a := range actions {
-			if !c.applied[a.name] {
+		for j, a := range actions {
+			if !c.applied[a.name] || undone(actions[j+1:], a.name, c) {
 				continue
 			}
 			if a.check != nil {
@@ -531,11 +534,17 @@ func (x *explorer) checkCase(op exploreOp, c *exCase, where string, actions []ex
 			}
 		}
 	}
-	if c.applied["delete"] {
+	if c.applied["delete"] && !undone(actions[slices.IndexFunc(actions, func(a exploreAction) bool { return a.name == "delete" })+1:], "delete", c) {
 		if n, _ := x.coll.CountDocuments(x.ctx, bson.D{{Key: "_id", Value: c.keys[0]}}); n != 0 {
 			x.t.Fatalf("%s: the deleted task came back", where)
 		}
 	}
+}
+
+// undone says an action applied among later ends the promises of the
+// action named.
+func undone(later []exploreAction, name string, c *exCase) bool {
+	return slices.ContainsFunc(later, func(a exploreAction) bool { return c.applied[a.name] && slices.Contains(a.undoes, name) })
 }
 
 // sample runs depth-2 cases: two actions at one boundary.
