@@ -20,6 +20,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/connstring"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
 	"github.com/mscheduler/mscheduler/worker/devserver"
@@ -60,6 +61,9 @@ type Worker struct {
 	server *devserver.Server // the development server New started, or nil
 
 	ready chan struct{} // closed once Run has started every consumer
+	// startTimeout is the deadline of the first start attempt
+	// (startAttemptTimeout; shorter in tests).
+	startTimeout time.Duration
 
 	mu        sync.Mutex // guards state and consumers
 	state     state
@@ -94,10 +98,11 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{
-		cfg:    c,
-		log:    c.Logger.With("worker_id", c.WorkerID),
-		ready:  make(chan struct{}),
-		counts: map[mscheduler.EventKind]int64{},
+		cfg:          c,
+		log:          c.Logger.With("worker_id", c.WorkerID),
+		ready:        make(chan struct{}),
+		counts:       map[mscheduler.EventKind]int64{},
+		startTimeout: startAttemptTimeout,
 	}
 	w.metrics = newMetrics(w)
 	if w.cfg.URI == "" {
@@ -296,23 +301,29 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	return nil
 }
 
-// Start-up attempts while the server cannot be reached.
+// Start-up attempts while the server cannot be reached, or answers too
+// slowly. The first attempt has startAttemptTimeout; each one that ran out
+// of time on a server that answered has twice the last one's, up to
+// startAttemptTimeoutMax: a start-up whose commands take longer than a
+// fixed deadline (index builds on a large collection, a busy server) would
+// otherwise be cut short and begun again for ever.
 const (
-	startAttemptTimeout = 10 * time.Second
-	startRetryFirst     = time.Second
-	startRetryMax       = 30 * time.Second
+	startAttemptTimeout    = 10 * time.Second
+	startAttemptTimeoutMax = 5 * time.Minute
+	startRetryFirst        = time.Second
+	startRetryMax          = 30 * time.Second
 )
 
 // startAllRetrying starts every consumer, trying again while the server
-// cannot be reached; consumers that started stay started. It returns the
-// consumers started, and the error that ended the attempts (nil when all
-// started, ctx's when the stop came first).
+// cannot be reached or answers too slowly; consumers that started stay
+// started. It returns the consumers started, and the error that ended the
+// attempts (nil when all started, ctx's when the stop came first).
 func (w *Worker) startAllRetrying(ctx context.Context, consumers []*consumer) ([]*consumer, error) {
 	var started []*consumer
 	indexed := map[string]bool{}
-	delay := startRetryFirst
+	delay, timeout := startRetryFirst, w.startTimeout
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, startAttemptTimeout)
+		actx, cancel := context.WithTimeout(ctx, timeout)
 		err := w.startAll(actx, consumers[len(started):], &started, indexed)
 		cancel()
 		switch {
@@ -320,10 +331,15 @@ func (w *Worker) startAllRetrying(ctx context.Context, consumers []*consumer) ([
 			return started, nil
 		case ctx.Err() != nil:
 			return started, ctx.Err()
-		case !unreachable(err):
+		case tooSlow(err):
+			timeout = min(2*timeout, startAttemptTimeoutMax)
+			w.log.Warn("server slow: the start took longer than its deadline; trying it again with a longer one", "attempt", attempt, "retry_in", delay.String(),
+				"deadline", timeout.String(), "server", redact(w.cfg.URI), "error", err)
+		case unreachable(err):
+			w.log.Warn("server unreachable; trying the start again", "attempt", attempt, "retry_in", delay.String(), "server", redact(w.cfg.URI), "error", err)
+		default:
 			return started, err
 		}
-		w.log.Warn("server unreachable; trying the start again", "attempt", attempt, "retry_in", delay.String(), "server", redact(w.cfg.URI), "error", err)
 		select {
 		case <-ctx.Done():
 			return started, ctx.Err()
@@ -342,6 +358,15 @@ func unreachable(err error) bool {
 	}
 	var se mongo.ServerError
 	return !errors.As(err, &se) || mongo.IsNetworkError(err) || mongo.IsTimeout(err)
+}
+
+// tooSlow reports a command that ran out of time on a server that was
+// selected (it answers: a server that cannot be reached fails server
+// selection): the server is slow, and a longer deadline may see the start
+// through.
+func tooSlow(err error) bool {
+	var sel topology.ServerSelectionError
+	return unreachable(err) && mongo.IsTimeout(err) && !errors.As(err, &sel)
 }
 
 // startAll ensures the indexes of the collections not indexed yet, then

@@ -618,3 +618,40 @@ func forward(ln net.Listener, target string) {
 		go func() { _, _ = io.Copy(c, s); c.Close() }()
 	}
 }
+
+// TestSlowStartGetsLongerDeadlines: every index the worker creates at its
+// start takes 100 ms more, so that its start takes several times the
+// first attempt's deadline. The worker says the server is slow (not
+// unreachable), tries again with longer deadlines, and starts.
+func TestSlowStartGetsLongerDeadlines(t *testing.T) {
+	name := collectionName(t)
+	proxy, err := mschedulertest.StartDelayProxy(serverHost(t), func(command string, _ time.Duration) time.Duration {
+		if command == "createIndexes" {
+			return 100 * time.Millisecond
+		}
+		return 0
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	log := newLineLog()
+	w, err := worker.New(context.Background(), worker.Config{URI: proxy.URI(), Database: testDatabase, Logger: slog.New(slog.NewJSONHandler(log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker.SetFirstStartTimeout(w, 250*time.Millisecond)
+	ev := mschedulertest.NewEvents()
+	if err := worker.Register(w, name, add, fastConsumer(ev)); err != nil {
+		t.Fatal(err)
+	}
+	stop := runWorker(t, w)
+	if said := log.String(); !strings.Contains(said, "server slow: the start took longer than its deadline") || strings.Contains(said, "server unreachable") {
+		t.Errorf("the log does not say the server was slow, or calls it unreachable:\n%s", said)
+	}
+	publish(t, name, mscheduler.Task[sum]{Key: "k", Params: sum{A: 1, B: 2}})
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
+	if err := stop(); err != nil {
+		t.Fatalf("Run = %v, want a clean stop", err)
+	}
+}
