@@ -513,9 +513,7 @@ func (c *Consumer[P, R]) MaxResultBytes() int { return c.eng.MaxResultBytes() }
 
 // Holding is how many slots this consumer has taken: the runs it holds,
 // until their ends are written, and, while a claim is under way, every
-// slot that claim is for. It is at least Running. A front end that hands
-// claimed runs on (the HTTP gateway) knows from it that runs of a claim
-// are still on their way to its handler.
+// slot that claim is for. It is at least Running.
 func (c *Consumer[P, R]) Holding() int { return c.eng.Holding() }
 
 // Wake makes the consumer look for claimable tasks now, as a change

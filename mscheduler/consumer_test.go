@@ -367,6 +367,53 @@ func TestFailedRunLetsAnotherWorkerTry(t *testing.T) {
 	}
 }
 
+// TestClaimAnnouncesItsRunsBeforeTheirHandlers: the claimed events of one
+// claim all come before any of its handlers is called, however slowly the
+// consumer reports them (each claimed event takes 100 ms here, as on a
+// busy machine where the claim loop waits for a core): a front end that
+// hands runs on knows of every run of a claim while it hands the first.
+func TestClaimAnnouncesItsRunsBeforeTheirHandlers(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	keys := publishLeased(t, coll, 4, "", time.Second, 30*time.Second, 1)
+	var mu sync.Mutex
+	var order []string             // "claimed <run id>" and "handler <run id>", as they came
+	claimOf := map[string]string{} // run id → its claim, told apart by its round trip
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Capacity = 4
+	cfg.OnEvent = func(e mscheduler.Event) {
+		if e.Kind == mscheduler.EventClaimed {
+			<-time.After(100 * time.Millisecond)
+			mu.Lock()
+			order = append(order, "claimed "+e.RunID)
+			claimOf[e.RunID] = e.Latency.String()
+			mu.Unlock()
+		}
+		ev.Record(e)
+	}
+	startConsumer(t, coll, func(_ context.Context, task *mscheduler.Task[int]) (int, error) {
+		mu.Lock()
+		order = append(order, "handler "+task.Run.ID)
+		mu.Unlock()
+		return 1, nil
+	}, cfg)
+	ev.WaitCount(t, mscheduler.EventSucceeded, len(keys))
+
+	mu.Lock()
+	defer mu.Unlock()
+	for i, step := range order {
+		run, ok := strings.CutPrefix(step, "handler ")
+		if !ok {
+			continue
+		}
+		for _, later := range order[i+1:] {
+			if other, ok := strings.CutPrefix(later, "claimed "); ok && claimOf[other] == claimOf[run] {
+				t.Fatalf("the handler of run %s was called before run %s of its claim was announced: %q", run, other, order)
+			}
+		}
+	}
+}
+
 // TestHoldingCountsTheRunsHeld: while a handler runs, the consumer holds
 // its slot (Holding) and its run (Running); after Stop it holds none.
 func TestHoldingCountsTheRunsHeld(t *testing.T) {

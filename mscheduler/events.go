@@ -6,7 +6,10 @@ import "github.com/mscheduler/mscheduler/mscheduler/internal/engine"
 type EventKind = engine.EventKind
 
 const (
-	// EventClaimed: the worker claimed a run of a task.
+	// EventClaimed: the worker claimed a run of a task. The claimed
+	// events of one claim all come before any of its runs' handlers is
+	// called: a front end handing runs on (the HTTP gateway) knows which
+	// are on their way.
 	EventClaimed = engine.EventClaimed
 	// EventRetried: a handler call failed and will be retried locally.
 	EventRetried = engine.EventRetried

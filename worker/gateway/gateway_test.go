@@ -363,6 +363,29 @@ func TestReturningExecutorGetsItsRunsBack(t *testing.T) {
 	}
 }
 
+// TestTakeAnswersWithEveryRunOfItsClaim: a take of three runs gets the
+// three that one claim brings, though the handlers of two of them start
+// 200 ms after the first, as on a busy machine where their goroutines
+// wait for a core: the take waits for the runs it knows are on their
+// way, not for a time sized for a quiet one.
+func TestTakeAnswersWithEveryRunOfItsClaim(t *testing.T) {
+	held := func(next mscheduler.RunFunc) mscheduler.RunFunc {
+		return func(ctx context.Context, a *mscheduler.Attempt) error {
+			if a.Key != "a" {
+				<-time.After(200 * time.Millisecond)
+			}
+			return next(ctx, a)
+		}
+	}
+	cfg := &gateway.Config{}
+	cfg.Consumer.Middleware = []mscheduler.Middleware{held}
+	f := newFixture(t, cfg)
+	f.publish(map[string]any{"key": "a"}, map[string]any{"key": "b"}, map[string]any{"key": "c"})
+	if runs := f.take("e1", "s", 3); len(runs) != 3 {
+		t.Fatalf("took %d runs, want the 3 of the claim", len(runs))
+	}
+}
+
 // TestSilentExecutorLosesItsRun: a run whose executor stops renewing
 // fails when its lease passes, saying so, and another executor takes the
 // task's next run.

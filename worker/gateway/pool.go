@@ -28,6 +28,11 @@ type pool struct {
 	// failedLast are the runs whose last attempt failed, by run id, until
 	// their next attempt is parked or the run ends (see untake).
 	failedLast map[string]failedAttempt
+	// arriving are the runs claimed and not parked yet, by run id: on
+	// their way to the ready queue (see another). arrived is closed, and
+	// replaced, each time one leaves it.
+	arriving map[string]bool
+	arrived  chan struct{}
 }
 
 // demand is what the consumer should hold: the runs executors have, and
@@ -110,13 +115,17 @@ func (g *Gateway) poolOf(ctx context.Context, coll string, groups []string) (*po
 
 // startPool starts the pulling consumer of a pool.
 func (g *Gateway) startPool(ctx context.Context, coll string, groups []string) (*pool, *apiError) {
-	p := &pool{g: g, coll: coll, ready: make(chan *parked, g.cfg.Capacity), failedLast: map[string]failedAttempt{}}
+	p := &pool{g: g, coll: coll, ready: make(chan *parked, g.cfg.Capacity), failedLast: map[string]failedAttempt{},
+		arriving: map[string]bool{}, arrived: make(chan struct{})}
 	cfg := g.cfg.Consumer
 	cfg.WorkerID = workerIDOf(g.cfg.WorkerID, groups)
 	cfg.Groups = slices.Clone(groups)
 	cfg.Capacity = g.cfg.Capacity
 	cfg.ClaimDemand = p.demand
-	cfg.OnEvent = g.onEvent
+	cfg.OnEvent = func(e mscheduler.Event) {
+		p.track(e)
+		g.onEvent(e)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = g.cfg.Logger
 	}
@@ -151,7 +160,9 @@ func (p *pool) handle(ctx context.Context, task *mscheduler.Task[bson.RawValue])
 	defer p.g.unregister(r)
 	select {
 	case p.ready <- r:
+		p.arrive(r.runID) // once in the queue: a take looks there first
 	default: // takers gave up on as many runs as the pool holds
+		p.arrive(r.runID)
 		return bson.RawValue{}, p.untaken(prev, fmt.Errorf("no executor waits for the run: %w", mscheduler.ErrRelease))
 	}
 	if err := r.awaitTaker(ctx, p.g.cfg.UntakenHold); err != nil {
@@ -231,7 +242,7 @@ func (p *pool) take(ctx context.Context, ex Executor, session string, n int, wai
 			case <-p.g.stopCh:
 				return got
 			}
-		} else if r = p.another(); r == nil {
+		} else if r = p.another(ctx); r == nil {
 			return got
 		}
 		if ctx.Err() != nil { // the taker went away as the run came: leave it for the next
@@ -252,40 +263,76 @@ func (p *pool) take(ctx context.Context, ex Executor, session string, n int, wai
 	return got
 }
 
-// takeLinger is how long a take that has runs waits for more, so that a
-// claim's batch goes out in one answer: the handlers of one claim start
-// within it. Longer, and every take at low load pays it.
-const takeLinger = 2 * time.Millisecond
+// track follows the runs on their way to the ready queue: a run claimed
+// is on its way until its handler parks it, or it ends first (its lease
+// lost, the consumer stopping before its handler was called).
+func (p *pool) track(e mscheduler.Event) {
+	switch e.Kind {
+	case mscheduler.EventClaimed:
+		p.mu.Lock()
+		p.arriving[e.RunID] = true
+		p.mu.Unlock()
+	case mscheduler.EventRenewed, mscheduler.EventRetried, mscheduler.EventError, mscheduler.EventSkipped:
+	default:
+		p.arrive(e.RunID)
+	}
+}
 
-// moreComing says the consumer holds slots for runs that are not parked
-// yet, nor with an executor, nor waiting for a retry: runs of a claim
-// whose first was just handed, on their way to the ready queue (its slots
-// are all held until the claim's runs have started), or runs whose end is
-// being written. A take lingers for them only then: at low load a claim
-// brings one run, and its take answers at once.
-func (p *pool) moreComing() bool {
+// arrive takes a run off the way to the ready queue.
+func (p *pool) arrive(runID string) {
 	p.mu.Lock()
-	accounted := p.taken + len(p.ready) + p.retrying()
-	p.mu.Unlock()
-	return p.consumer.Holding() > accounted
+	defer p.mu.Unlock()
+	if p.arriving[runID] {
+		delete(p.arriving, runID)
+		close(p.arrived)
+		p.arrived = make(chan struct{})
+	}
+}
+
+// onTheWay says whether runs are on their way to the ready queue, and
+// returns the channel closed when one of them arrives.
+func (p *pool) onTheWay() (bool, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.arriving) > 0, p.arrived
 }
 
 // another is a further run for a take that has some: one parked already,
-// or one of a claim on its way within takeLinger; nil when none comes.
-func (p *pool) another() *parked {
-	select {
-	case r := <-p.ready:
-		return r
-	default:
-	}
-	if !p.moreComing() {
-		return nil
-	}
-	select {
-	case r := <-p.ready:
-		return r
-	case <-time.After(takeLinger):
-		return nil
+// or one on its way, so that a claim's runs go out in one answer (the
+// consumer announces every run of a claim before it calls their handlers:
+// see mscheduler.EventClaimed); nil when none is parked or on its way.
+// It waits for a run on its way as long as a parked run waits for a taker
+// (UntakenHold), at most.
+func (p *pool) another(ctx context.Context) *parked {
+	var bound <-chan time.Time
+	for {
+		// On the way before the queue: a run parked between the two looks
+		// is found in the queue.
+		coming, arrived := p.onTheWay()
+		select {
+		case r := <-p.ready:
+			return r
+		default:
+		}
+		if !coming {
+			return nil
+		}
+		if bound == nil {
+			timer := time.NewTimer(p.g.cfg.UntakenHold)
+			defer timer.Stop()
+			bound = timer.C
+		}
+		select {
+		case r := <-p.ready:
+			return r
+		case <-arrived:
+		case <-bound:
+			return nil
+		case <-ctx.Done():
+			return nil
+		case <-p.g.stopCh:
+			return nil
+		}
 	}
 }
 

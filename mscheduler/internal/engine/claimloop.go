@@ -193,8 +193,8 @@ func (c *Engine) claimAvailable(ctx context.Context, st *claimState) {
 		c.backlog.Store(st.backlog)
 		c.viewMayBeStale(st, len(won) > 0)
 		// The slots of statements that won nothing go back before the runs
-		// start: whoever watches Holding (a front end waiting for the rest
-		// of a claim) sees at once that no more runs are coming.
+		// start: whoever watches Holding sees at once that no more runs
+		// are coming.
 		c.releaseSlots(k - len(won))
 		started := 0
 		for _, cl := range won {
@@ -202,6 +202,7 @@ func (c *Engine) claimAvailable(ctx context.Context, st *claimState) {
 				started++
 			}
 		}
+		c.launchAdmitted()
 		if started > 0 {
 			c.pinger.Kick()
 		}

@@ -58,6 +58,9 @@ type Engine struct {
 	// slotFreed, buffered 1: a run is over, its slot free (see
 	// slotFreedWake).
 	slotFreed chan struct{}
+	// admitted are the runs of the claim being admitted, announced and
+	// waiting for their goroutines (see startRun); owned by the claim loop.
+	admitted []func()
 
 	// leader says this consumer held the maintenance lease at its last
 	// try; written by the upkeep loop, read by anyone.

@@ -19,9 +19,12 @@ import (
 	"github.com/mscheduler/mscheduler/mscheduler/internal/upkeep"
 )
 
-// startRun starts the goroutine that executes a claimed run. The claim loop
-// has already taken the run's slot; the goroutine gives it back once the
-// run's end is written.
+// startRun announces a claimed run (EventClaimed) and hands it to the
+// pinger; launchAdmitted then starts the goroutine that executes it, once
+// every run of its claim is announced, so that a front end handing runs on
+// (the HTTP gateway) knows of the whole claim before any of its handlers
+// is called. The claim loop has already taken the run's slot; the
+// goroutine gives it back once the run's end is written.
 func (c *Engine) startRun(doc *stored.Task, j *job, claimLatency time.Duration) {
 	ctx, cancel := context.WithCancelCause(c.workCtx)
 	r := c.leasedRun(doc)
@@ -30,7 +33,7 @@ func (c *Engine) startRun(doc *stored.Task, j *job, claimLatency time.Duration) 
 	c.log.Debug("claimed", "key", r.Key, "run_id", r.RunID)
 	c.pinger.Add(r)
 	c.running.Add(1)
-	go func() {
+	c.admitted = append(c.admitted, func() {
 		defer c.running.Done()
 		// The slot is free before the wake, so that the claim loop the wake
 		// sets off finds it.
@@ -38,7 +41,16 @@ func (c *Engine) startRun(doc *stored.Task, j *job, claimLatency time.Duration) 
 		defer c.releaseRunSlot(r)
 		defer cancel(nil)
 		c.execute(ctx, r, j)
-	}()
+	})
+}
+
+// launchAdmitted starts the goroutines of the runs startRun announced.
+func (c *Engine) launchAdmitted() {
+	for _, execute := range c.admitted {
+		go execute()
+	}
+	clear(c.admitted)
+	c.admitted = c.admitted[:0]
 }
 
 // leasedRun is this worker's run of a claimed task, as the pinger keeps
