@@ -452,3 +452,61 @@ func TestClaimSlowerThanWriteTimeoutIsKept(t *testing.T) {
 		t.Errorf("%d runs released unrun and %d claims given up on", n, claimErrors)
 	}
 }
+
+// slowPings is a log handler that takes 100 ms to write each record of a
+// ping sent, as a pinger that waits for a core on a busy machine; it
+// drops every record.
+type slowPings struct{}
+
+func (slowPings) Enabled(context.Context, slog.Level) bool { return true }
+func (slowPings) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "ping" {
+		<-time.After(100 * time.Millisecond)
+	}
+	return nil
+}
+func (h slowPings) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h slowPings) WithGroup(string) slog.Handler      { return h }
+
+// TestFirstPingGoesBeforeTheNextClaimCommand: the worker has one
+// connection, as one whose connections are all in use, and the claim
+// loop's reads, its claims, pings and run ends take 1 s each. A task's
+// lease is 3 s: its claim leaves 2 s, enough for its first ping, not for
+// that ping and the claim loop's next command before it. The pinger is
+// slow to send (100 ms), and the claim loop, which runs on at once, would
+// take the connection its claim gave back: it lets the first ping go
+// first, and the run's first ping renews its lease before it lapses.
+func TestFirstPingGoesBeforeTheNextClaimCommand(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	publishLeased(t, coll, 1, "w", 500*time.Millisecond, 3*time.Second, 1)
+	proxy, _ := newCmdProxy(t, func(name string, body bson.Raw) bool {
+		onTasks, _ := body.Lookup(name).StringValueOK()
+		claimRead := body.Lookup("sort", "priority").Type != 0 || body.Lookup("sort", "run_at").Type != 0
+		if onTasks == coll.Name() && (name == "find" && claimRead || name == "update" || name == "findAndModify") {
+			<-time.After(time.Second) // the claim loop's reads, claims, pings and run ends
+		}
+		return false
+	})
+	client := mschedulertest.NewClient(t, options.Client().SetHosts([]string{proxy.ln.Addr().String()}).SetDirect(true).SetMaxPoolSize(1))
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Capacity, cfg.Logger = 1, slog.New(slowPings{})
+	cfg.SweepInterval, cfg.MaintenanceInterval, cfg.CheckInterval = time.Hour, time.Hour, time.Hour
+	release := make(chan struct{})
+	defer close(release)
+	startConsumer(t, dbCollection(client, coll), holdUntil(release), cfg)
+
+	ev.WaitFor(t, "the run's first ping, or its lease lost", func(es []mscheduler.Event) bool {
+		return slices.ContainsFunc(es, func(e mscheduler.Event) bool {
+			return e.Kind == mscheduler.EventRenewed || e.Kind == mscheduler.EventLeaseLost
+		})
+	})
+	for _, e := range ev.Snapshot() {
+		if e.Kind == mscheduler.EventLeaseLost {
+			t.Fatalf("the run's lease was lost before its first ping renewed it: %v", e.Err)
+		}
+		if e.Kind == mscheduler.EventRenewed {
+			return
+		}
+	}
+}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/claimchoice"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/duetimes"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/pressure"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/retry"
 )
 
@@ -202,9 +204,10 @@ func (c *Engine) claimAvailable(ctx context.Context, st *claimState) {
 				started++
 			}
 		}
-		c.launchAdmitted()
+		runs := c.launchAdmitted()
 		if started > 0 {
 			c.pinger.Kick()
+			c.letFirstPingsGo(ctx, runs, st.claimLatency)
 		}
 		c.releaseSlots(len(won) - started)
 		wonAny = wonAny || len(won) > 0
@@ -227,6 +230,28 @@ func (c *Engine) claimAvailable(ctx context.Context, st *claimState) {
 	// spares are gone, so this does not loop either).
 	if wonAny || st.spares.Missed {
 		c.wake()
+	}
+}
+
+// letFirstPingsGo waits for the first pings of the runs just claimed whose
+// lease would not cover their first ping if it waited a claim's round trip
+// for a connection: the next claim's command, sent at once, takes the
+// connection the claim gave back, and on a busy machine the pinger, woken
+// by the kick, comes second; with no other connection idle, the ping waits
+// for a command to end or a new connection's handshake (a round trip or
+// more), and the lease lapsed as it went. On a server that answers within
+// a small part of the leases, nothing waits.
+func (c *Engine) letFirstPingsGo(ctx context.Context, runs []*lease.Run, claimLatency time.Duration) {
+	now := c.clock.Now()
+	for _, r := range runs {
+		if r.Lease().Sub(now) >= 2*claimLatency+pressure.Floor {
+			continue
+		}
+		select {
+		case <-r.FirstPinged():
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 

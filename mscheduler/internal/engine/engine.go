@@ -60,7 +60,7 @@ type Engine struct {
 	slotFreed chan struct{}
 	// admitted are the runs of the claim being admitted, announced and
 	// waiting for their goroutines (see startRun); owned by the claim loop.
-	admitted []func()
+	admitted []admittedRun
 
 	// leader says this consumer held the maintenance lease at its last
 	// try; written by the upkeep loop, read by anyone.

@@ -33,7 +33,7 @@ func (c *Engine) startRun(doc *stored.Task, j *job, claimLatency time.Duration) 
 	c.log.Debug("claimed", "key", r.Key, "run_id", r.RunID)
 	c.pinger.Add(r)
 	c.running.Add(1)
-	c.admitted = append(c.admitted, func() {
+	c.admitted = append(c.admitted, admittedRun{run: r, execute: func() {
 		defer c.running.Done()
 		// The slot is free before the wake, so that the claim loop the wake
 		// sets off finds it.
@@ -41,16 +41,26 @@ func (c *Engine) startRun(doc *stored.Task, j *job, claimLatency time.Duration) 
 		defer c.releaseRunSlot(r)
 		defer cancel(nil)
 		c.execute(ctx, r, j)
-	})
+	}})
 }
 
-// launchAdmitted starts the goroutines of the runs startRun announced.
-func (c *Engine) launchAdmitted() {
-	for _, execute := range c.admitted {
-		go execute()
+// admittedRun is a run startRun announced, and its goroutine's work.
+type admittedRun struct {
+	run     *lease.Run
+	execute func()
+}
+
+// launchAdmitted starts the goroutines of the runs startRun announced,
+// and returns those runs.
+func (c *Engine) launchAdmitted() []*lease.Run {
+	runs := make([]*lease.Run, len(c.admitted))
+	for i, a := range c.admitted {
+		runs[i] = a.run
+		go a.execute()
 	}
 	clear(c.admitted)
 	c.admitted = c.admitted[:0]
+	return runs
 }
 
 // leasedRun is this worker's run of a claimed task, as the pinger keeps

@@ -67,6 +67,10 @@ type Run struct {
 	// run wait no longer. Made by Add, cancelled by the pinger.
 	held     context.Context
 	dropHeld context.CancelCauseFunc
+	// firstPing is closed once the run's first ping is answered, or the
+	// run left the pinger (see FirstPinged). Made by Add.
+	firstPing     chan struct{}
+	firstPingOnce sync.Once
 
 	// Set before Add, then owned by the pinger loop.
 	SoleHolder    bool
@@ -86,6 +90,28 @@ func (r *Run) Held() context.Context {
 	}
 	return r.held
 }
+
+// FirstPinged is closed once the run's first ping is answered (renewed,
+// failed, or found the run taken away), or the run left the pinger or
+// lost its lease; before Add, it is closed already.
+func (r *Run) FirstPinged() <-chan struct{} {
+	if r.firstPing == nil {
+		return closedChan
+	}
+	return r.firstPing
+}
+
+func (r *Run) firstPingDone() {
+	if r.firstPing != nil {
+		r.firstPingOnce.Do(func() { close(r.firstPing) })
+	}
+}
+
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // Lease is when the run's lease lapses, as last renewed (server time).
 func (r *Run) Lease() time.Time { return time.Unix(0, r.leaseUntil.Load()) }
@@ -169,6 +195,7 @@ func (p *Pinger) Use(budget *retry.Budget, observe func(time.Duration)) {
 // pinger looks at the runs added when kicked (see Kick).
 func (p *Pinger) Add(r *Run) {
 	r.held, r.dropHeld = context.WithCancelCause(context.Background())
+	r.firstPing = make(chan struct{})
 	r.nextPing = r.Started.Add(min(r.PingInterval, taskstate.ClaimLease/2))
 	p.mu.Lock()
 	p.runs[r.RunID] = r
@@ -194,6 +221,7 @@ func (p *Pinger) Remove(r *Run) {
 	if r.dropHeld != nil {
 		r.dropHeld(errLeftPinger)
 	}
+	r.firstPingDone()
 }
 
 var (
@@ -431,6 +459,7 @@ func (p *Pinger) send(ctx context.Context, runs []*Run, now time.Time) {
 // apply takes in one ping's outcome.
 func (p *Pinger) apply(ctx context.Context, res pingResult) {
 	r := res.run
+	defer r.firstPingDone()
 	switch {
 	case r.Lost.Load() || !p.holds(r): // or its end was written meanwhile
 	case res.err != nil && res.early:
@@ -469,6 +498,7 @@ func (p *Pinger) apply(ctx context.Context, res pingResult) {
 func (p *Pinger) renewed(results []pingResult) {
 	for _, res := range results {
 		r := res.run
+		r.firstPingDone()
 		if r.Lost.Load() {
 			continue
 		}
@@ -680,6 +710,7 @@ func (p *Pinger) revoke(r *Run) {
 // being written is left to that write, which is fenced too and reports a
 // lost run itself.
 func (p *Pinger) lose(r *Run, why string) {
+	r.firstPingDone() // no ping can come in time now
 	if r.Finished.Load() || !r.Lost.CompareAndSwap(false, true) {
 		return
 	}
