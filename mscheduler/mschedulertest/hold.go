@@ -71,6 +71,15 @@ func (h *Hold) Wait(ctx context.Context) (Command, error) {
 // hold.
 func (h *Hold) Release() { h.once.Do(func() { close(h.release) }) }
 
+func (h *Hold) released() bool {
+	select {
+	case <-h.release:
+		return true
+	default:
+		return false
+	}
+}
+
 // HoldProxy stands between MongoDB clients and a server and can stop a
 // chosen command of a chosen connection while a test acts: before the
 // server sees it, or after the server applied it and before its client
@@ -165,6 +174,8 @@ func (p *HoldProxy) seen(cmd *Command, at HoldPoint) *Hold {
 		cmd.Seq = p.seq
 		p.log = append(p.log, *cmd)
 	}
+	// A hold released before it was reached is disarmed: it takes nothing.
+	p.holds = slices.DeleteFunc(p.holds, (*Hold).released)
 	for i, h := range p.holds {
 		if h.at == at && h.match(*cmd) {
 			p.holds = slices.Delete(p.holds, i, i+1)

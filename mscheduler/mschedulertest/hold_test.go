@@ -180,3 +180,20 @@ func TestSplitOrderedStopsAtFirstError(t *testing.T) {
 		t.Fatalf("%d documents, want a and b only", n)
 	}
 }
+
+// TestReleasedHoldTakesNothing: a hold released before any command
+// reached it stops no command.
+func TestReleasedHoldTakesNothing(t *testing.T) {
+	p, held, direct := holdSetup(t, false)
+	ctx := waitCtx(t)
+	h := p.Hold(mschedulertest.BeforeSend, mschedulertest.OnCollection(direct.Name(), "insert"))
+	h.Release()
+	if _, err := held.InsertOne(ctx, bson.D{{Key: "_id", Value: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.Reached():
+		t.Fatal("a released hold took a command")
+	default:
+	}
+}
