@@ -23,7 +23,7 @@ import (
 // The interleaving explorer runs each multi-command operation of a worker
 // (a claim alone, batch claims with and without a read back, the plan
 // gate, pings and run ends alone and batched, a sweep, a maintenance pass) through a HoldProxy
-// that splits write commands statement by statement, as MongoDB applies
+// that splits updates statement by statement, as MongoDB applies
 // them. It first records the commands the operation sends; then, for every
 // boundary (before each command or statement, and after the last one
 // before its reply) and every action (each producer action, a second

@@ -86,7 +86,7 @@ func (h *Hold) released() bool {
 // learns of it. Other connections' commands pass meanwhile, as they would
 // reach a server. With Split, it also sends the statements of a write
 // command one by one (see splitWrite), so that other writes and holds
-// come between them, as on MongoDB.
+// come between them, as on MongoDB. Inserts and deletes pass whole.
 type HoldProxy struct {
 	relays *relays
 	split  bool
@@ -101,8 +101,8 @@ type HoldProxy struct {
 
 // HoldOptions set up a HoldProxy.
 type HoldOptions struct {
-	// Split sends each statement of a write command of several as a command
-	// of its own. Defaults to false: commands pass whole.
+	// Split sends each statement of an update of several as a command of
+	// its own. Defaults to false: commands pass whole.
 	Split bool
 }
 

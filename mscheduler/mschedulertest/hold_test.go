@@ -163,21 +163,27 @@ func TestHoldBetweenStatements(t *testing.T) {
 	}
 }
 
-// TestSplitOrderedStopsAtFirstError: a split ordered insert stops at its
-// first duplicate and reports it at its index.
+// TestSplitOrderedStopsAtFirstError: a split ordered update stops at its
+// first refused statement and reports it at its index.
 func TestSplitOrderedStopsAtFirstError(t *testing.T) {
 	_, held, direct := holdSetup(t, true)
 	ctx := waitCtx(t)
-	if _, err := direct.InsertOne(ctx, bson.D{{Key: "_id", Value: "b"}}); err != nil {
+	if _, err := direct.InsertMany(ctx, []any{bson.D{{Key: "_id", Value: "a"}, {Key: "n", Value: 1}}, bson.D{{Key: "_id", Value: "b"}, {Key: "n", Value: "text"}}, bson.D{{Key: "_id", Value: "c"}, {Key: "n", Value: 1}}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := held.InsertMany(ctx, []any{bson.D{{Key: "_id", Value: "a"}}, bson.D{{Key: "_id", Value: "b"}}, bson.D{{Key: "_id", Value: "c"}}})
-	var bwe mongo.BulkWriteException
-	if !mongo.IsDuplicateKeyError(err) || !errors.As(err, &bwe) || len(bwe.WriteErrors) != 1 || bwe.WriteErrors[0].Index != 1 {
-		t.Fatalf("insert of a, b, c over b: %v, want a duplicate key at index 1", err)
+	inc := bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}}
+	models := []mongo.WriteModel{
+		mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: "a"}}).SetUpdate(inc),
+		mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: "b"}}).SetUpdate(inc), // $inc of a string: refused
+		mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: "c"}}).SetUpdate(inc),
 	}
-	if n := countOf(t, direct, bson.D{}); n != 2 {
-		t.Fatalf("%d documents, want a and b only", n)
+	_, err := held.BulkWrite(ctx, models)
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || len(bwe.WriteErrors) != 1 || bwe.WriteErrors[0].Index != 1 {
+		t.Fatalf("ordered update of a, b, c with b refused: %v, want one write error at index 1", err)
+	}
+	if n := countOf(t, direct, bson.D{{Key: "n", Value: 2}}); n != 1 {
+		t.Fatalf("%d documents updated, want a only", n)
 	}
 }
 

@@ -17,15 +17,16 @@ import (
 var statementsField = map[string]string{"insert": "documents", "update": "updates", "delete": "deletes"}
 
 // splitWrite returns the bodies of one command per statement of m, or nil
-// when m is not a write command of more than one statement. Each keeps
+// when m is not an update of more than one statement (a batch claim,
+// batched run ends or pings: the writes whose fences other writes meet). Each keeps
 // the command's other fields but txnNumber: a retryable write's statement
 // ids would make a server take the second command for a retry of the
 // first, so split statements are sent as plain writes.
 func splitWrite(m *opMsg) [][]byte {
 	name := firstKey(m.body)
 	field, ok := statementsField[name]
-	if !ok {
-		return nil
+	if !ok || name != "update" {
+		return nil // inserts and deletes pass whole: no fence of a write reads them
 	}
 	stmts := statementsOf(m)
 	if len(stmts) < 2 || len(m.sequences) > 1 || len(m.sequences) == 1 && m.sequences[field] == nil {

@@ -28,8 +28,8 @@ import (
 // TestExploreGatewayInterleavings is the interleaving explorer of
 // mscheduler (its TestExploreInterleavings) for the gateway's own
 // operations: a take, and a complete, fail or release of a taken run. The
-// gateway reaches the server through a HoldProxy that splits write
-// commands statement by statement, as MongoDB applies them; the test's
+// gateway reaches the server through a HoldProxy that splits updates
+// statement by statement, as MongoDB applies them; the test's
 // producer acts on the collection directly, as another process would. For
 // every boundary of an operation (before each of its commands or
 // statements, and after the last one before its reply) and every producer

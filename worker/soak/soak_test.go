@@ -478,7 +478,7 @@ func TestSoak(t *testing.T) {
 	}
 }
 
-// splitURI starts a HoldProxy that splits write commands in front of the
+// splitURI starts a HoldProxy that splits updates in front of the
 // server of uri and returns a URI through it: the workers' batch claims and
 // batched run ends reach the server statement by statement, with other
 // workers' commands between them, as MongoDB applies them (the development
