@@ -21,7 +21,15 @@ import (
 // its own: a worker started on it can be stopped between two commands.
 func heldCollection(t *testing.T, coll *mongo.Collection, split bool) (*mschedulertest.HoldProxy, *mongo.Collection) {
 	t.Helper()
-	p, err := mschedulertest.StartHoldProxy(singleHost(t), mschedulertest.HoldOptions{Split: split})
+	p, client := heldClient(t, singleHost(t), split)
+	return p, client.Database(coll.Database().Name()).Collection(coll.Name())
+}
+
+// heldClient is a client of its own through a new HoldProxy in front of
+// host.
+func heldClient(t *testing.T, host string, split bool) (*mschedulertest.HoldProxy, *mongo.Client) {
+	t.Helper()
+	p, err := mschedulertest.StartHoldProxy(host, mschedulertest.HoldOptions{Split: split})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +41,7 @@ func heldCollection(t *testing.T, coll *mongo.Collection, split bool) (*mschedul
 	// the proxy, which lets anything still held go.
 	t.Cleanup(p.Close)
 	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	return p, client.Database(coll.Database().Name()).Collection(coll.Name())
+	return p, client
 }
 
 // waitHeld waits until h holds a command.

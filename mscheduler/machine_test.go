@@ -161,24 +161,15 @@ type machine struct {
 	log     []string
 }
 
-// splitClient is a client whose write commands reach the test server
-// statement by statement, through a HoldProxy that splits them; the shared
-// client when the server has several hosts.
+// splitClient is a client whose updates reach the test server statement
+// by statement, through a HoldProxy that splits them; the shared client
+// when the server has several hosts.
 func splitClient(t *testing.T) *mongo.Client {
 	hosts := options.Client().ApplyURI(mschedulertest.URI()).Hosts
 	if len(hosts) != 1 {
 		return mschedulertest.Client()
 	}
-	p, err := mschedulertest.StartHoldProxy(hosts[0], mschedulertest.HoldOptions{Split: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := mongo.Connect(options.Client().ApplyURI(p.URI()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	_, client := heldClient(t, hosts[0], true)
 	return client
 }
 
