@@ -71,3 +71,51 @@ func TestSweepExpiresTogether(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepsGoOnWhileMaintenanceWaits: a worker's maintenance turn waits
+// on the server (its command to take the maintenance lease is held for
+// the whole test). Meanwhile the runs of a worker gone silent are expired
+// by that worker's sweeps: on a slow server a maintenance pass of several
+// commands took 25 s, and sweeps that waited behind it left lapsed leases
+// held that long.
+func TestSweepsGoOnWhileMaintenanceWaits(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	task := mscheduler.Task[int]{Key: "k", WorkerIDs: []string{"ghost", "sweeper"},
+		PingInterval: 300 * time.Millisecond, WorkerTimeout: time.Second, MaxFailedRuns: 3}
+	if _, err := p.Publish(ctxT(t), task, nil); err != nil {
+		t.Fatal(err)
+	}
+	var silent atomic.Bool
+	proxy, ghostClient := newCmdProxy(t, nil)
+	proxy.failIf = func(string, bson.Raw) bool { return silent.Load() }
+	ghostEvents := mschedulertest.NewEvents()
+	release := make(chan struct{})
+	defer close(release)
+	startConsumer(t, dbCollection(ghostClient, coll), func(ctx context.Context, _ *mscheduler.Task[int]) (int, error) {
+		<-release
+		return 0, nil
+	}, fastConfig("ghost", ghostEvents))
+	ghostEvents.WaitCount(t, mscheduler.EventClaimed, 1)
+
+	hp, client := heldClient(t, singleHost(t), false)
+	hold := hp.Hold(mschedulertest.BeforeSend, mschedulertest.Updating(coll.Name()+".meta", "lease_until"))
+	defer hold.Release()
+	ev := mschedulertest.NewEvents()
+	sweeper := fastConfig("sweeper", ev)
+	sweeper.Capacity, sweeper.SweepInterval = 1, 200*time.Millisecond
+	sweeper.MaintenanceInterval = 200 * time.Millisecond
+	startConsumer(t, dbCollection(client, coll), func(context.Context, *mscheduler.Task[int]) (int, error) { return 1, nil }, sweeper)
+	waitHeld(t, hold, "the sweeper's take of the maintenance lease")
+
+	silent.Store(true)
+	ev.WaitCount(t, mscheduler.EventExpired, 1)
+	select {
+	case <-hold.Reached():
+	default:
+		t.Fatal("the hold was not reached")
+	}
+	if st := readTask(t, coll, "k"); len(st.Runs) == 0 || st.Runs[0].Outcome != "expired" || st.Runs[0].WorkerID != "ghost" {
+		t.Errorf("first run %+v, want the ghost's, expired", st.Runs)
+	}
+}

@@ -70,7 +70,7 @@ func digestLog(path string, from time.Time) string {
 		var rec struct {
 			Time  time.Time `json:"time"`
 			Msg   string    `json:"msg"`
-			Took  string    `json:"took"`
+			Took  loggedDuration `json:"took"`
 			Error string    `json:"error"`
 		}
 		if json.Unmarshal(sc.Bytes(), &rec) != nil {
@@ -92,15 +92,32 @@ func digestLog(path string, from time.Time) string {
 		}
 		s.n++
 		s.last = rec.Time
-		if d, err := time.ParseDuration(rec.Took); err == nil {
-			s.longest = max(s.longest, d)
-		}
+		s.longest = max(s.longest, time.Duration(rec.Took))
 		if rec.Error != "" {
 			s.errors++
 		}
 	}
 	return fmt.Sprintf("sweeps %v; maintenance turns %v; checks %v; pings %d, claims %d; last line %s",
 		steps["swept"], steps["maintenance turn"], steps["checked"], pings, claims, lastLine.Format("15:04:05.000"))
+}
+
+// loggedDuration reads a duration as slog's JSON handler writes it (a
+// number of nanoseconds) or as a text handler's value would read ("1.5s").
+type loggedDuration time.Duration
+
+func (d *loggedDuration) UnmarshalJSON(b []byte) error {
+	var ns int64
+	if err := json.Unmarshal(b, &ns); err == nil {
+		*d = loggedDuration(ns)
+		return nil
+	}
+	var text string
+	if err := json.Unmarshal(b, &text); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(text)
+	*d = loggedDuration(v)
+	return err
 }
 
 func indent(s string) string {
@@ -117,8 +134,8 @@ func indent(s string) string {
 func TestDigestLogCountsUpkeepSinceItsStart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "w.stderr")
 	lines := `{"time":"2026-01-01T10:00:00Z","level":"DEBUG","msg":"swept","took":"5s"}
-{"time":"2026-01-01T10:00:10Z","level":"DEBUG","msg":"swept","took":"20ms"}
-{"time":"2026-01-01T10:00:11Z","level":"DEBUG","msg":"swept","took":"1.5s","error":"timeout"}
+{"time":"2026-01-01T10:00:10Z","level":"DEBUG","msg":"swept","took":20000000}
+{"time":"2026-01-01T10:00:11Z","level":"DEBUG","msg":"swept","took":1500000000,"error":"timeout"}
 {"time":"2026-01-01T10:00:12Z","level":"DEBUG","msg":"ping","runs":1}
 not json
 {"time":"2026-01-01T10:00:13Z","level":"DEBUG","msg":"checked","took":"3s"}

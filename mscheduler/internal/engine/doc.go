@@ -1,8 +1,8 @@
 // Package engine is a consumer of a task collection on raw documents:
 // the claim loop (when to claim, and how many slots, under the server's
-// pressure and the peers' shares), the upkeep loop (announcing the
-// consumer, sweeping lapsed leases, the check and the maintenance pass of
-// the lease holder), the execution of runs (local retries, deadlines from
+// pressure and the peers' shares), the sweep loop (freeing lapsed
+// leases), the upkeep loop (announcing the consumer, the check and the
+// maintenance pass of the lease holder), the execution of runs (local retries, deadlines from
 // the task, run ends written alone or in batches) and the plan gate at
 // the first start of an occurrence. The mechanisms it drives are the
 // packages beside it: taskstate builds every write, lease keeps runs
@@ -17,6 +17,6 @@
 // through it.
 //
 // Every goroutine has one owner: the claim loop owns claimState, the
-// upkeep loop owns upkeepState, each run its goroutine; fields shared
+// sweep loop owns sweepState, the upkeep loop upkeepState, each run its goroutine; fields shared
 // among them say who writes and who reads.
 package engine

@@ -217,11 +217,12 @@ func (c *Engine) Start(ctx context.Context) error {
 	c.histCancel = histCancel
 	c.started = true
 	c.unsubscribe = localwake.AddConsumer(c.coll, &localwake.Consumer{Wake: c.wakeCh, Cancel: c.cancelRuns})
-	c.loops.Add(4)
+	c.loops.Add(5)
 	go func() { defer c.loops.Done(); c.pinger.Loop(c.pingCtx) }()
 	go func() { defer c.loops.Done(); c.history.Loop(histCtx) }()
 	go func() { defer c.loops.Done(); c.claimLoop(c.fetchCtx) }()
 	go func() { defer c.loops.Done(); c.upkeepLoop(c.fetchCtx, up) }()
+	go func() { defer c.loops.Done(); c.sweepLoop(c.fetchCtx) }()
 	if c.ends != nil {
 		c.loops.Add(1)
 		go func() { defer c.loops.Done(); c.ends.Loop(c.endCtx) }()

@@ -22,6 +22,7 @@ import (
 type Stepper struct {
 	e  *Engine
 	st *claimState
+	sw *sweepState
 	up *upkeepState
 }
 
@@ -34,7 +35,7 @@ func NewStepper(ctx context.Context, e *Engine) (*Stepper, error) {
 	if err := e.clock.Ensure(ctx, e.coll.Database()); err != nil {
 		return nil, err
 	}
-	return &Stepper{e: e, st: &claimState{peers: 1}, up: &upkeepState{}}, nil
+	return &Stepper{e: e, st: &claimState{peers: 1}, sw: &sweepState{}, up: &upkeepState{}}, nil
 }
 
 // Clock is the engine's estimate of the server's clock.
@@ -159,11 +160,11 @@ func (s *Stepper) PingTogether(ctx context.Context, rs []*lease.Run) ([]bool, er
 	return s.e.pinger.RenewTogether(ctx, rs, leases)
 }
 
-// Sweep expires the runs whose lease lapsed, as the upkeep loop's sweep
+// Sweep expires the runs whose lease lapsed, as the sweep loop's sweep
 // does.
 func (s *Stepper) Sweep(ctx context.Context) error {
 	now := s.e.clock.Now()
-	_, err := s.e.upkeep.Sweep(ctx, &s.up.sweepSkips, now, now)
+	_, err := s.e.upkeep.Sweep(ctx, &s.sw.skips, now, now)
 	return err
 }
 

@@ -2,32 +2,23 @@ package engine
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/peers"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/upkeep"
 )
 
-// The upkeep loop is the consumer's owner loop for everything but claims:
-// announcing the consumer, sweeping lapsed leases, and, for the holder of
-// the collection's maintenance lease, the maintenance pass and the check.
-// It runs beside the claim loop so that neither waits on the other: on a
-// slow server a maintenance pass of several commands must not hold back a
-// claim, and a backlog of claims must not starve the sweep that rescues a
-// dead worker's runs.
+// The upkeep loop is the consumer's owner loop for announcing the
+// consumer and, for the holder of the collection's maintenance lease, the
+// maintenance pass and the check. It runs beside the claim loop and the
+// sweep loop (sweeploop.go) so that none waits on another: on a slow
+// server a maintenance pass of several commands must not hold back a
+// claim or a sweep, and a backlog of claims must not starve the sweep
+// that rescues a dead worker's runs.
 
 // upkeepState belongs to the upkeep loop goroutine alone.
 type upkeepState struct {
-	// sweptAt is when the last sweep ended (at start, when the upkeep
-	// began), sweepSpan how many spread-out sweep intervals after it the
-	// next is due, and sweepNext, when set, the first lease the last sweep
-	// saw to lapse: sweepDue says from them when the next sweep is due.
-	sweptAt    time.Time
-	sweepSpan  float64
-	sweepNext  time.Time
-	sweepSkips upkeep.SweepSkips
-	checkAt    time.Time
+	checkAt time.Time
 	// maintainAt is the next try at the maintenance lease; ttl says
 	// whether the server deletes expired documents itself.
 	maintainAt time.Time
@@ -69,11 +60,10 @@ func (c *Engine) upkeepLoop(ctx context.Context, st *upkeepState) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
-		c.announceIfDue(ctx, st) // first: the sweep's interval is spread by the peers
-		c.sweepIfDue(ctx, st)
+		c.announceIfDue(ctx, st)
 		c.maintainIfDue(ctx, st)
 		c.checkIfDue(ctx, st)
-		next := minTime(c.sweepDue(st), st.checkAt, st.maintainAt, st.announceAt)
+		next := minTime(st.checkAt, st.maintainAt, st.announceAt)
 		timer.Reset(max(next.Sub(c.clock.Now()), time.Millisecond))
 		select {
 		case <-ctx.Done():
@@ -147,59 +137,6 @@ func (c *Engine) announceIfDue(ctx context.Context, st *upkeepState) {
 		// take every share at once. Soon again, as at start.
 		c.loopError(ctx, err)
 		st.announceAt = now.Add(jitter(min(every, announceSoon)))
-	}
-}
-
-// sweepIfDue runs a sweep when its time has come (see sweepDue).
-func (c *Engine) sweepIfDue(ctx context.Context, st *upkeepState) {
-	now := c.clock.Now()
-	if st.sweptAt.IsZero() {
-		c.planFirstSweep(st, now)
-	}
-	if now.Before(c.sweepDue(st)) {
-		return
-	}
-	st.sweptAt, st.sweepSpan, st.sweepNext = now, jitterFactor(), time.Time{}
-	start := time.Now()
-	next, err := c.upkeep.Sweep(ctx, &st.sweepSkips, now, c.sweepDue(st))
-	// For a person asking why a lapsed lease stayed: when sweeps ran and
-	// how long they took.
-	c.log.Debug("swept", "took", time.Since(start).Round(time.Millisecond), "error", err)
-	// The interval counts from the sweep's end: on a slow server, sweeps
-	// back to back would be most of the load.
-	st.sweptAt = c.clock.Now()
-	if err != nil {
-		c.loopError(ctx, err)
-	} else {
-		st.sweepNext = next
-	}
-}
-
-// sweepDue is when the next sweep is due: a span of SweepInterval spread
-// out by the consumers alive now (see spreadOut) after the last, or the
-// first lease the last sweep saw to lapse, if sooner. Spread by the
-// consumers alive now, not when the last sweep ran: consumers started
-// together each learn of the others one announce at a time, and those
-// that swept first knowing of few would otherwise go on sweeping as if
-// they were few until their next sweep.
-func (c *Engine) sweepDue(st *upkeepState) time.Time {
-	spread := c.spreadOut(c.cfg.SweepInterval, c.view().alive)
-	at := st.sweptAt.Add(time.Duration(st.sweepSpan * float64(spread)))
-	if !st.sweepNext.IsZero() && st.sweepNext.Before(at) {
-		return st.sweepNext
-	}
-	return at
-}
-
-// planFirstSweep has a consumer sweep at once, or, if it joins more than
-// PollBudget of them, at a random point of its spread-out interval, as if
-// it had been sweeping all along. Consumers started together each swept
-// at once, a scan each on a server without indexes, while those alive
-// before them had the collection swept within SweepInterval anyway.
-func (c *Engine) planFirstSweep(st *upkeepState, now time.Time) {
-	st.sweptAt, st.sweepSpan = now, 0
-	if c.spreadOut(c.cfg.SweepInterval, c.view().alive) > c.cfg.SweepInterval {
-		st.sweepSpan = rand.Float64()
 	}
 }
 
