@@ -38,13 +38,9 @@ func indexModels() []mongo.IndexModel {
 // it, since the shard key does not prefix it.
 var retiredIndexes = []string{"key_unique"}
 
-// dropRetiredIndexes drops the retired indexes coll still has.
-func dropRetiredIndexes(ctx context.Context, coll *mongo.Collection) error {
-	names, err := coll.Indexes().ListSpecifications(ctx)
-	if err != nil {
-		return err
-	}
-	for _, spec := range names {
+// dropRetiredIndexes drops the retired indexes among have.
+func dropRetiredIndexes(ctx context.Context, coll *mongo.Collection, have []mongo.IndexSpecification) error {
+	for _, spec := range have {
 		if slices.Contains(retiredIndexes, spec.Name) {
 			// Another process may have dropped it meanwhile.
 			if err := coll.Indexes().DropOne(ctx, spec.Name); err != nil && !isIndexNotFound(err) {
@@ -53,6 +49,65 @@ func dropRetiredIndexes(ctx context.Context, coll *mongo.Collection) error {
 		}
 	}
 	return nil
+}
+
+// indexesOf lists the indexes coll has: none for a collection not created
+// yet.
+func indexesOf(ctx context.Context, coll *mongo.Collection) ([]mongo.IndexSpecification, error) {
+	specs, err := coll.Indexes().ListSpecifications(ctx)
+	if isIndexNotFound(err) {
+		return nil, nil
+	}
+	return specs, err
+}
+
+// hasIndex says have holds an index of m's name on m's keys. One of that
+// name on other keys is not it: creating m then fails, and says so.
+func hasIndex(have []mongo.IndexSpecification, m mongo.IndexModel) bool {
+	var opts options.IndexOptions
+	for _, set := range m.Options.List() {
+		_ = set(&opts)
+	}
+	keys, err := bson.Marshal(m.Keys)
+	if err != nil || opts.Name == nil {
+		return false
+	}
+	for _, spec := range have {
+		if spec.Name == *opts.Name {
+			return sameKeys(spec.KeysDocument, keys)
+		}
+	}
+	return false
+}
+
+// sameKeys says two index key documents name the same fields in the same
+// order and directions, whatever number type each server gives them in.
+func sameKeys(a, b bson.Raw) bool {
+	ea, errA := a.Elements()
+	eb, errB := b.Elements()
+	if errA != nil || errB != nil || len(ea) != len(eb) {
+		return false
+	}
+	for i := range ea {
+		x, okX := direction(ea[i].Value())
+		y, okY := direction(eb[i].Value())
+		if ea[i].Key() != eb[i].Key() || !okX || !okY || x != y {
+			return false
+		}
+	}
+	return true
+}
+
+func direction(v bson.RawValue) (float64, bool) {
+	switch v.Type {
+	case bson.TypeInt32:
+		return float64(v.Int32()), true
+	case bson.TypeInt64:
+		return float64(v.Int64()), true
+	case bson.TypeDouble:
+		return v.Double(), true
+	}
+	return 0, false
 }
 
 // isIndexNotFound reports a drop of an index (or collection) that is not
@@ -93,24 +148,39 @@ func ensureExpireIndex(ctx context.Context, coll *mongo.Collection) (ttl bool, e
 // earlier versions that no query uses any more (key_unique, which stood in
 // the way of sharding the collection on a hashed _id).
 //
-// Indexes are created one per command: the development server fails a
-// createIndexes that names several existing indexes.
+// It lists each collection's indexes and creates only those missing, one
+// per command (the development server fails a createIndexes that names
+// several existing indexes): a worker's start on a collection set up
+// before costs two listIndexes, not eleven commands, which counted on a
+// slow server where workers restart.
 func EnsureIndexes(ctx context.Context, coll *mongo.Collection) error {
 	if err := ensureSchema(ctx, coll, slog.Default()); err != nil {
 		return err
-	}
-	if err := dropRetiredIndexes(ctx, coll); err != nil {
-		return fmt.Errorf("mscheduler: drop retired indexes of %s: %w", coll.Name(), err)
 	}
 	runs := historyCollection(coll)
 	for _, c := range []struct {
 		coll   *mongo.Collection
 		models []mongo.IndexModel
 	}{{coll, indexModels()}, {runs, history.IndexModels()}} {
+		have, err := indexesOf(ctx, c.coll)
+		if err != nil {
+			return fmt.Errorf("mscheduler: list indexes of %s: %w", c.coll.Name(), err)
+		}
+		if c.coll == coll {
+			if err := dropRetiredIndexes(ctx, coll, have); err != nil {
+				return fmt.Errorf("mscheduler: drop retired indexes of %s: %w", coll.Name(), err)
+			}
+		}
 		for _, m := range c.models {
+			if hasIndex(have, m) {
+				continue
+			}
 			if _, err := c.coll.Indexes().CreateOne(ctx, m); err != nil {
 				return fmt.Errorf("mscheduler: create indexes on %s: %w", c.coll.Name(), err)
 			}
+		}
+		if slices.ContainsFunc(have, func(s mongo.IndexSpecification) bool { return s.Name == expireIndex }) {
+			continue // TTL or not: which one the server took stays
 		}
 		if _, err := ensureExpireIndex(ctx, c.coll); err != nil {
 			return fmt.Errorf("mscheduler: create indexes on %s: %w", c.coll.Name(), err)

@@ -1,12 +1,15 @@
 package mscheduler_test
 
 import (
+	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -204,16 +207,27 @@ func TestProducerConfigRefusesBadDefaults(t *testing.T) {
 
 // TestEnsureIndexesIsIdempotent: EnsureIndexes creates every index the
 // queries need, again and again, and drops the one an earlier version
-// created that stands in the way of sharding.
+// created that stands in the way of sharding. Once they are there, a call
+// creates none: it lists them and is done.
 func TestEnsureIndexesIsIdempotent(t *testing.T) {
-	coll := mschedulertest.Collection(t)
+	var creates atomic.Int64
+	client := mschedulertest.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "createIndexes" {
+			creates.Add(1)
+		}
+	}}))
+	coll := dbCollection(client, mschedulertest.Collection(t))
 	retired := mongo.IndexModel{Keys: bson.D{{Key: "key", Value: 1}}, Options: options.Index().SetName("key_unique").SetUnique(true)}
 	if _, err := coll.Indexes().CreateOne(ctxT(t), retired); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
+		before := creates.Load()
 		if err := mscheduler.EnsureIndexes(ctxT(t), coll); err != nil {
 			t.Fatalf("call %d: %v", i+1, err)
+		}
+		if n := creates.Load() - before; i == 0 && n == 0 || i > 0 && n != 0 {
+			t.Errorf("call %d sent %d createIndexes; want some on the first call, none after", i+1, n)
 		}
 	}
 	cur, err := coll.Indexes().List(ctxT(t))
