@@ -84,6 +84,12 @@ func hasHolderStart(cmd bson.Raw) bool {
 // test's; it returns the collection, the events, the ping commands counted
 // and each handler's cause of cancellation.
 func heldTasks(t *testing.T, n int, batchMax int) (*mongo.Collection, *mschedulertest.Events, *pingCommands, map[string]chan error) {
+	return heldTasksDelayed(t, n, batchMax, 0)
+}
+
+// heldTasksDelayed is heldTasks with every command of the consumer held
+// delay on its way to the server (none when 0).
+func heldTasksDelayed(t *testing.T, n int, batchMax int, delay time.Duration) (*mongo.Collection, *mschedulertest.Events, *pingCommands, map[string]chan error) {
 	t.Helper()
 	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)
@@ -98,7 +104,16 @@ func heldTasks(t *testing.T, n int, batchMax int) (*mongo.Collection, *mschedule
 		t.Fatal(err)
 	}
 	counts := &pingCommands{}
-	client := mschedulertest.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{Started: counts.started}))
+	opts := options.Client().SetMonitor(&event.CommandMonitor{Started: counts.started})
+	if delay > 0 {
+		proxy, err := mschedulertest.StartDelayProxy(singleHost(t), mschedulertest.FixedDelay(delay))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(proxy.Close)
+		opts.ApplyURI(proxy.URI())
+	}
+	client := mschedulertest.NewClient(t, opts)
 	ev := mschedulertest.NewEvents()
 	cfg := fastConfig("w", ev)
 	cfg.Capacity, cfg.PingBatchMax = n, batchMax
@@ -119,17 +134,25 @@ func heldTasks(t *testing.T, n int, batchMax int) (*mongo.Collection, *mschedule
 
 // TestBatchedPingsRenewEveryRun: a worker holding 8 runs renews them all,
 // with fewer than half a command per renewal once their pings fall in
-// step; pinged alone, each renewal is a command.
+// step; pinged alone, each renewal is a command. The same holds on a
+// server slower to answer than the pings' interval (100 ms, every
+// command held 200 ms): pings then went alone, a command each, the runs
+// taken for behind on their renewals.
 func TestBatchedPingsRenewEveryRun(t *testing.T) {
 	const runs, rounds = 8, 10
 	for _, c := range []struct {
 		batchMax      int
+		delay         time.Duration
 		most, fewest  float64 // commands per renewal
 		wantBatched   bool
 		wantLoneAbove int
-	}{{batchMax: mscheduler.PingBatchMaxDefault, most: 0.5, wantBatched: true}, {batchMax: 1, fewest: 1, wantLoneAbove: runs * rounds}} {
-		t.Run(fmt.Sprintf("PingBatchMax=%d", c.batchMax), func(t *testing.T) {
-			_, ev, counts, _ := heldTasks(t, runs, c.batchMax)
+	}{
+		{batchMax: mscheduler.PingBatchMaxDefault, most: 0.5, wantBatched: true},
+		{batchMax: mscheduler.PingBatchMaxDefault, delay: 200 * time.Millisecond, most: 0.5, wantBatched: true},
+		{batchMax: 1, fewest: 1, wantLoneAbove: runs * rounds},
+	} {
+		t.Run(fmt.Sprintf("PingBatchMax=%d,delay=%s", c.batchMax, c.delay), func(t *testing.T) {
+			_, ev, counts, _ := heldTasksDelayed(t, runs, c.batchMax, c.delay)
 			// The first pings come as the runs were claimed; then they fall in step.
 			ev.WaitCount(t, mscheduler.EventRenewed, 2*runs)
 			before, renewedBefore := counts.snapshot(), ev.Count(mscheduler.EventRenewed)

@@ -293,13 +293,9 @@ func (p *Pinger) tick(ctx context.Context) time.Time {
 	if len(due) == 0 {
 		return next
 	}
-	// A batch gives up at the earliest lease in it: a run whose last
-	// renewal failed (less lease left than a due ping normally finds, by
-	// half an interval) is pinged alone, so that it does not cut short the
-	// pings of the others.
 	var batch []*Run
 	for _, r := range append(due, soon...) {
-		if r.Lease().Sub(now) < r.WorkerTimeout-r.PingInterval*3/2 && p.inflight < pingParallelism {
+		if p.behind(r, now) && p.inflight < pingParallelism {
 			p.send(ctx, []*Run{r}, now)
 			continue
 		}
@@ -314,6 +310,28 @@ func (p *Pinger) tick(ctx context.Context) time.Time {
 	}
 	return next
 }
+
+// behind says a run's last renewal failed, or its lease is shorter than a
+// due ping finds after a renewal that went as pings go now, by half an
+// interval: it is pinged alone, for a batch gives up at the earliest lease
+// in it, and this one would cut short the pings of the others. A renewal
+// that went well leaves the lease less the longer of the interval and the
+// round trip: counted from the interval alone, every run of a server
+// answering in more than one and a half intervals looked behind, and was
+// pinged alone, a command each just when the server was slow.
+func (p *Pinger) behind(r *Run, now time.Time) bool {
+	every := p.interval(r)
+	return r.failures > 0 || r.Lease().Sub(now) < r.WorkerTimeout-every-every/2
+}
+
+// interval is how often a run is pinged: at its PingInterval, or at twice
+// the slowest round trip of late if that is longer. A ping every interval
+// on a server slower than that was sent as soon as the last came back:
+// each run had a ping in flight at all times, the runs never fell in step
+// to be batched, and the worker's pings were much of what made the server
+// slow. The lease is safe either way: a run is pinged sooner whenever its
+// lease would not cover a round trip twice over (see pingAt).
+func (p *Pinger) interval(r *Run) time.Duration { return max(r.PingInterval, 2*p.peak) }
 
 // schedule sorts runs into those whose ping is due and those taken along
 // with them (due within half their interval), cancels those whose lease
@@ -350,7 +368,7 @@ func (p *Pinger) schedule(runs []*Run, now time.Time) (due, soon []*Run, next ti
 		case r.pinging:
 		case !at.After(now):
 			due = append(due, r)
-		case p.batchMax > 1 && !r.Finished.Load() && !at.After(now.Add(r.PingInterval/2)):
+		case p.batchMax > 1 && !r.Finished.Load() && !at.After(now.Add(p.interval(r)/2)):
 			soon = append(soon, r)
 			next = minTime(next, at)
 		default:
@@ -427,7 +445,7 @@ func (p *Pinger) send(ctx context.Context, runs []*Run, now time.Time) {
 	timeout := time.Duration(math.MaxInt64)
 	for i, r := range runs {
 		r.pinging = true
-		r.nextPing = now.Add(r.PingInterval)
+		r.nextPing = now.Add(p.interval(r))
 		items[i] = pingItem{run: r, lease: now.Add(r.WorkerTimeout), attempt: int(r.Attempt.Load()), sole: r.SoleHolder}
 		timeout = min(timeout, max(r.Lease().Sub(now), time.Millisecond))
 	}

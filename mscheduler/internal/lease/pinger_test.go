@@ -157,3 +157,32 @@ func TestLapsedEndIsTriedForOneMoreLease(t *testing.T) {
 		t.Errorf("after a lease more, held is %v, want cancelled with errLapsed", context.Cause(held))
 	}
 }
+
+// A run renewed as pings go now is batched, however slow they are; a run
+// whose last ping failed, or that missed renewals, is pinged alone. With
+// the interval alone as the measure, every run of a server answering in
+// more than one and a half intervals was pinged alone.
+func TestOnlyRunsBehindArePingedAlone(t *testing.T) {
+	p := &Pinger{peak: 300 * time.Millisecond, latency: 250 * time.Millisecond}
+	now := time.Unix(1000, 0)
+	run := func(leaseLeft time.Duration, failures int) *Run {
+		r := &Run{Key: "k", RunID: "r", PingInterval: 100 * time.Millisecond, WorkerTimeout: 2 * time.Second, failures: failures}
+		r.SetLease(now.Add(leaseLeft))
+		return r
+	}
+	for _, c := range []struct {
+		name      string
+		leaseLeft time.Duration
+		failures  int
+		want      bool
+	}{
+		{"renewed by a ping of 300 ms", 1700 * time.Millisecond, 0, false},
+		{"renewed by a ping of one interval", 1900 * time.Millisecond, 0, false},
+		{"its last ping failed", 1900 * time.Millisecond, 1, true},
+		{"missed renewals", time.Second, 0, true},
+	} {
+		if got := p.behind(run(c.leaseLeft, c.failures), now); got != c.want {
+			t.Errorf("%s: behind = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
