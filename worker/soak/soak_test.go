@@ -1,9 +1,11 @@
 package soak
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -494,7 +496,27 @@ func splitURI(t *testing.T, uri string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
+	start := time.Now()
+	t.Cleanup(func() { t.Log(commandRates(p.Since(0), time.Since(start))) })
 	return p.URI()
+}
+
+// commandRates sums up the workers' commands by name and collection, most
+// frequent first, per second of the soak: what watching and working cost
+// the server.
+func commandRates(cmds []mschedulertest.Command, d time.Duration) string {
+	counts := map[string]int{}
+	for _, c := range cmds {
+		counts[strings.TrimSpace(c.Name+" "+c.Collection)]++
+	}
+	kinds := slices.Collect(maps.Keys(counts))
+	slices.SortFunc(kinds, func(a, b string) int { return cmp.Or(counts[b]-counts[a], strings.Compare(a, b)) })
+	var b strings.Builder
+	fmt.Fprintf(&b, "summary: the workers' commands, %d in %s (%.1f/s):", len(cmds), d.Round(time.Second), float64(len(cmds))/d.Seconds())
+	for _, k := range kinds {
+		fmt.Fprintf(&b, " %s %.2f/s;", cond(k != "", k, "(unnamed)"), float64(counts[k])/d.Seconds())
+	}
+	return b.String()
 }
 
 // slowURI starts a DelayProxy in front of the server of uri and returns a
@@ -553,12 +575,12 @@ type run struct {
 	faults    faults
 
 	// Set by a soak that needs them before loop; TestSoak leaves them.
-	noRestart bool                    // no server restart
-	done      func(d liveTask) bool   // a task is done; nil: its status is final (isFinal)
-	polled    func(live liveTasks)    // called with every poll that read the collection
-	tick      func(now time.Time)     // called at every tick of the loop, after the poll
-	doneNames []string                // the statuses done, for the deadline's message; nil: the final ones
-	explain   func(d liveTask) string // more about a task not done, for the deadline's message
+	noRestart bool                                     // no server restart
+	done      func(d liveTask) bool                    // a task is done; nil: its status is final (isFinal)
+	polled    func(live liveTasks, took time.Duration) // called with every poll that read the collection, and its round trip
+	tick      func(now time.Time)                      // called at every tick of the loop, after the poll
+	doneNames []string                                 // the statuses done, for the deadline's message; nil: the final ones
+	explain   func(d liveTask) string                  // more about a task not done, for the deadline's message
 }
 
 // isDone says a task is done, as the soak sees it.
@@ -636,11 +658,12 @@ func (r *run) loop() {
 				r.pool.start(p.slot)
 			}
 		}
+		pollStart := time.Now()
 		live, err := r.poll()
 		if err != nil {
 			pollErrors++
 		} else if r.polled != nil {
-			r.polled(live)
+			r.polled(live, time.Since(pollStart))
 		}
 		if r.tick != nil {
 			r.tick(time.Now())

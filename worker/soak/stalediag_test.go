@@ -68,10 +68,10 @@ func digestLog(path string, from time.Time) string {
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		var rec struct {
-			Time  time.Time `json:"time"`
-			Msg   string    `json:"msg"`
+			Time  time.Time      `json:"time"`
+			Msg   string         `json:"msg"`
 			Took  loggedDuration `json:"took"`
-			Error string    `json:"error"`
+			Error string         `json:"error"`
 		}
 		if json.Unmarshal(sc.Bytes(), &rec) != nil {
 			continue

@@ -96,11 +96,23 @@ const (
 	// on a quiet machine, 7.5-8.7 s with another package's tests beside
 	// and the huge documents in, and 8.4 s on a task whose next_expiry the
 	// vandal broke while the maintenance lease changed hands (reported at
-	// the end as "lapsed holders"). CI runs other packages' tests beside this one on its two
-	// CPUs, which may make the server's queue twice as long: 15 s. A
-	// holder that no sweep, check or run end can free stays for ever, far
-	// past any bound.
+	// the end as "lapsed holders"). CI runs other packages' tests beside
+	// this one on its two CPUs, which may make the server's queue twice as
+	// long: 15 s. A holder that no sweep, check or run end can free stays
+	// for ever, far past any bound.
 	staleSlack = 15 * time.Second
+	// staleRoundTrips is the slack in round trips of the server, when that
+	// is more than staleSlack: on a machine busier still, every command
+	// waits longer in the server's queue, and a lapsed lease is freed
+	// later, not never. A sweep that just missed the lapse ends, the next
+	// is due a sweep interval later, and it takes a read, its writes (one
+	// command per statement through the splitting proxy) and the history
+	// records: about 15 round trips from the lapse to the freed slot. The
+	// round trip is the slowest of the test's own reads of the collection
+	// in the last staleWindow (a scan, as every command of the development
+	// server is).
+	staleRoundTrips = 15
+	staleWindow     = time.Minute
 	// errorLinesPerMinute bounds the WARN and ERROR lines the workers log
 	// together in any minute of the run. Measured: TestSoak logs about 30
 	// in a minute (a WARN per failed handler call, a few failed pings);
@@ -155,7 +167,7 @@ func TestVandalSoak(t *testing.T) {
 		}
 		return fmt.Sprintf(" (the vandal's edits of it: %v)", v.editsOf(key))
 	}
-	stale := &staleHolders{t: t, v: v, bound: soakLease + *sweepFlag + staleSlack, prev: map[string]bool{}, pool: e.pool}
+	stale := &staleHolders{t: t, v: v, base: soakLease + *sweepFlag, prev: map[string]bool{}, pool: e.pool}
 	r.polled = stale.poll
 	api := newReaders(t, e, v, build)
 	var stopVandal, stopAPI func()
@@ -818,17 +830,22 @@ func (v *vandal) report(t *testing.T, docs map[string]bson.Raw) {
 }
 
 // staleHolders fails the test when a task keeps a holder whose lease
-// lapsed more than bound ago on two consecutive polls: no sweep, check or
-// run end freed it. The lease is the holder's lease_until as stored: a run
+// lapsed more than its bound ago on two consecutive polls: no sweep, check
+// or run end freed it. The bound is base (the lease and the sweep
+// interval) and the larger of staleSlack and staleRoundTrips round trips
+// of the server as the test's polls see it. The lease is the holder's lease_until as stored: a run
 // that has not pinged yet keeps the claim's (its start + 30 s), though the
 // task's shorter worker timeout ends it sooner, since a sweep is only
 // bound to look at the task by then (its next_expiry is the claimant's
 // guess, at most the claim's lease).
 type staleHolders struct {
-	t     testing.TB
-	v     *vandal
-	bound time.Duration
-	pool  *workerPool // nil: no digest of the workers' upkeep on a failure
+	t    testing.TB
+	v    *vandal
+	base time.Duration
+	pool *workerPool // nil: no digest of the workers' upkeep on a failure
+
+	trips  []polledTrip  // the polls' round trips of the last staleWindow
+	widest time.Duration // the largest bound used
 
 	prev             map[string]bool // holders past the bound at the last poll
 	reported         int
@@ -838,8 +855,31 @@ type staleHolders struct {
 	polls, lapsedSum int
 }
 
-func (s *staleHolders) poll(live liveTasks) {
+// polledTrip is the round trip of one of the test's polls, and when it
+// ended.
+type polledTrip struct {
+	at   time.Time
+	took time.Duration
+}
+
+// bound is the age past which a lapsed lease counts as stale at now.
+func (s *staleHolders) bound(now time.Time, took time.Duration) time.Duration {
+	s.trips = append(s.trips, polledTrip{at: now, took: took})
+	for len(s.trips) > 0 && now.Sub(s.trips[0].at) > staleWindow {
+		s.trips = s.trips[1:]
+	}
+	slowest := time.Duration(0)
+	for _, tr := range s.trips {
+		slowest = max(slowest, tr.took)
+	}
+	b := s.base + max(staleSlack, staleRoundTrips*slowest)
+	s.widest = max(s.widest, b)
+	return b
+}
+
+func (s *staleHolders) poll(live liveTasks, took time.Duration) {
 	now := time.Now()
+	bound := s.bound(now, took)
 	cur := map[string]bool{}
 	s.polls++
 	for _, d := range live {
@@ -861,7 +901,7 @@ func (s *staleHolders) poll(live liveTasks) {
 			} else {
 				s.maxUntouched = max(s.maxUntouched, age)
 			}
-			if age <= s.bound {
+			if age <= bound {
 				continue
 			}
 			k := id + " " + w + " " + h.Run
@@ -869,7 +909,7 @@ func (s *staleHolders) poll(live liveTasks) {
 			if s.prev[k] && s.reported < maxReports {
 				s.reported++
 				s.t.Errorf("task %s (status %s): holder %s (run %s) still holds it %s after its lease lapsed, past %s, on two polls in a row; vandal's edits of the task: %v",
-					id, d.Status, w, h.Run, age.Round(time.Millisecond), s.bound, s.v.editsOf(key))
+					id, d.Status, w, h.Run, age.Round(time.Millisecond), bound.Round(time.Millisecond), s.v.editsOf(key))
 				if s.reported == 1 && s.pool != nil {
 					s.t.Log(upkeepDigest(s.pool, w, h.LeaseUntil))
 				}
@@ -881,8 +921,8 @@ func (s *staleHolders) poll(live liveTasks) {
 
 func (s *staleHolders) report(t *testing.T) {
 	t.Helper()
-	t.Logf("vandal summary: lapsed holders: longest seen %s on touched tasks%s, %s on the others (bound %s = lease %s + sweep %s + slack %s; %d lapsed holders seen over %d polls)",
-		s.maxTouched.Round(time.Millisecond), cond(s.worst != "", " ("+s.worst+")", ""), s.maxUntouched.Round(time.Millisecond), s.bound, soakLease, *sweepFlag, staleSlack, s.lapsedSum, s.polls)
+	t.Logf("vandal summary: lapsed holders: longest seen %s on touched tasks%s, %s on the others (bound lease %s + sweep %s + the larger of %s and %d round trips of the test's polls; at most %s; %d lapsed holders seen over %d polls)",
+		s.maxTouched.Round(time.Millisecond), cond(s.worst != "", " ("+s.worst+")", ""), s.maxUntouched.Round(time.Millisecond), soakLease, *sweepFlag, staleSlack, staleRoundTrips, s.widest.Round(time.Millisecond), s.lapsedSum, s.polls)
 }
 
 // readers call the readers' API while the soak runs, each kind every

@@ -38,22 +38,27 @@ func TestStaleHolders(t *testing.T) {
 		return liveTask{ID: rawString(id), Key: id, Status: "running", Running: 1,
 			Holders: map[string]liveHolder{"w1": {Run: "r-" + id, LeaseUntil: now.Add(-lapsedFor)}}}
 	}
+	fast, slow := 100*time.Millisecond, 2*time.Second // round trips: the bound is staleSlack, then 15 of them
+	past, within := staleSlack+2*time.Second, staleSlack-time.Second
 	for _, tc := range []struct {
 		name  string
 		polls []liveTasks
+		took  time.Duration
 		fails int
 	}{
-		{"held past the bound on two polls", []liveTasks{{task("a", 5*time.Second)}, {task("a", 6*time.Second)}}, 1},
-		{"held past the bound on one poll, then freed", []liveTasks{{task("a", 5*time.Second)}, {}}, 0},
-		{"freed, then held again past the bound", []liveTasks{{task("a", 5*time.Second)}, {}, {task("a", 5*time.Second)}}, 0},
-		{"lapsed within the bound", []liveTasks{{task("a", time.Second)}, {task("a", 2*time.Second)}, {task("a", 2900*time.Millisecond)}}, 0},
-		{"two tasks", []liveTasks{{task("a", 5*time.Second), task("b", 5*time.Second)}, {task("a", 6*time.Second), task("b", 6*time.Second)}}, 2},
+		{"held past the bound on two polls", []liveTasks{{task("a", past)}, {task("a", past+time.Second)}}, fast, 1},
+		{"held past the bound on one poll, then freed", []liveTasks{{task("a", past)}, {}}, fast, 0},
+		{"freed, then held again past the bound", []liveTasks{{task("a", past)}, {}, {task("a", past)}}, fast, 0},
+		{"lapsed within the bound", []liveTasks{{task("a", time.Second)}, {task("a", within)}, {task("a", within)}}, fast, 0},
+		{"two tasks", []liveTasks{{task("a", past), task("b", past)}, {task("a", past+time.Second), task("b", past+time.Second)}}, fast, 2},
+		{"past the slack, within the round trips of a slow server", []liveTasks{{task("a", past)}, {task("a", 25*time.Second)}}, slow, 0},
+		{"past the round trips of a slow server", []liveTasks{{task("a", 31*time.Second)}, {task("a", 32*time.Second)}}, slow, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{TB: t}
-			s := &staleHolders{t: rec, v: testVandal(nil, nil, nil), bound: 3 * time.Second, prev: map[string]bool{}}
+			s := &staleHolders{t: rec, v: testVandal(nil, nil, nil), prev: map[string]bool{}}
 			for _, p := range tc.polls {
-				s.poll(p)
+				s.poll(p, tc.took)
 			}
 			if len(rec.errors) != tc.fails {
 				t.Errorf("%d failures, want %d: %v", len(rec.errors), tc.fails, rec.errors)
