@@ -5,6 +5,7 @@ import (
 	"context"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,8 @@ func TestTinyRun(t *testing.T) {
 	cfg.LatencyWorkers = 1
 	cfg.MemPending = 100
 	cfg.MemSettle = 100 * time.Millisecond
+	cfg.IdleCollections = []int{1, 2}
+	cfg.IdleSettle, cfg.IdleWindow = time.Second, time.Second
 	cfg.Progress = testWriter{t}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -90,10 +93,14 @@ func TestTinyRun(t *testing.T) {
 		}
 	}
 
+	checkIdle(t, rep.Idle, cfg)
+
 	var out bytes.Buffer
 	rep.print(&out)
 	text := out.String()
-	for _, want := range []string{"server", "flags", "end to end", "commands per task by name", "targets (", "latency", "RSS"} {
+	for _, want := range []string{"server", "flags", "end to end", "commands per task by name", "targets (", "latency", "RSS",
+		"the cost of waiting", "N=1, polling, all together", "N=1, polling, per collection",
+		"N=2, polling, all together", "N=2, polling, per collection", "idle commands per second by name", "lib N=2", "raw N=2"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the report lacks %q:\n%s", want, text)
 		}
@@ -102,6 +109,31 @@ func TestTinyRun(t *testing.T) {
 		t.Errorf("the report has NaN:\n%s", text)
 	}
 	t.Log("\n" + text)
+}
+
+// checkIdle checks that the idle phase counted a window of every count of
+// collections, polling, and with change streams or a reason why not.
+func checkIdle(t *testing.T, idle idleResult, cfg config) {
+	t.Helper()
+	check := func(mode string, counts []idleCount) {
+		if len(counts) != len(cfg.IdleCollections) {
+			t.Errorf("idle, %s: %d results, want %d", mode, len(counts), len(cfg.IdleCollections))
+			return
+		}
+		for i, c := range counts {
+			if c.Collections != cfg.IdleCollections[i] || c.Window < cfg.IdleWindow || c.Library == nil || c.Raw == nil {
+				t.Errorf("idle, %s: result %d is %d collections counted over %s (library %v, raw %v); want %d over at least %s",
+					mode, i, c.Collections, c.Window, c.Library, c.Raw, cfg.IdleCollections[i], cfg.IdleWindow)
+			}
+		}
+	}
+	check("polling", idle.Poll)
+	if (idle.Stream == nil) == (idle.StreamNA == "") {
+		t.Errorf("idle: %d change-stream results and n/a %q: want results or a reason", len(idle.Stream), idle.StreamNA)
+	}
+	if idle.Stream != nil {
+		check("change streams", idle.Stream)
+	}
 }
 
 // testWriter sends progress lines to the test log.
@@ -120,6 +152,7 @@ func TestTinyRunThroughASlowServer(t *testing.T) {
 	cfg.Tasks, cfg.Rounds, cfg.Workers, cfg.Capacity = 10, 1, []int{2}, 3
 	cfg.Publish, cfg.Batch, cfg.Latency, cfg.Rate, cfg.LatencyWorkers = 10, 5, 3, 20, 1
 	cfg.MemPending, cfg.MemSettle = 10, 100*time.Millisecond
+	cfg.IdleCollections, cfg.IdleSettle, cfg.IdleWindow = []int{1}, 500*time.Millisecond, 500*time.Millisecond
 	cfg.ServerDelay = "5ms-15ms"
 	cfg.Progress = testWriter{t}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -140,17 +173,21 @@ func TestTinyRunThroughASlowServer(t *testing.T) {
 }
 
 func TestParseFlags(t *testing.T) {
-	cfg, err := parseFlags([]string{"-tasks", "7", "-workers", "1, 3", "-capacity", "2"})
+	cfg, err := parseFlags([]string{"-tasks", "7", "-workers", "1, 3", "-capacity", "2", "-idle", "2,5", "-idle-window", "3s"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Tasks != 7 || len(cfg.Workers) != 2 || cfg.Workers[1] != 3 || cfg.Capacity != 2 {
+	if cfg.Tasks != 7 || len(cfg.Workers) != 2 || cfg.Workers[1] != 3 || cfg.Capacity != 2 ||
+		!slices.Equal(cfg.IdleCollections, []int{2, 5}) || cfg.IdleWindow != 3*time.Second || cfg.IdleSettle != 10*time.Second {
 		t.Errorf("parsed %+v", cfg)
 	}
-	if !strings.Contains(cfg.flags(), "-workers 1,3") {
-		t.Errorf("flags() = %q", cfg.flags())
+	for _, want := range []string{"-workers 1,3", "-idle 2,5 -idle-settle 10s -idle-window 3s"} {
+		if !strings.Contains(cfg.flags(), want) {
+			t.Errorf("flags() = %q, want it to contain %q", cfg.flags(), want)
+		}
 	}
-	for _, bad := range [][]string{{"-workers", "0"}, {"-workers", "x"}, {"-tasks", "0"}, {"-rate", "0"}, {"extra"}} {
+	for _, bad := range [][]string{{"-workers", "0"}, {"-workers", "x"}, {"-tasks", "0"}, {"-rate", "0"}, {"extra"},
+		{"-idle", "0"}, {"-idle", "1,x"}, {"-idle-window", "0s"}, {"-idle-settle", "-1s"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) succeeded", bad)
 		}

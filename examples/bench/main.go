@@ -11,9 +11,10 @@
 // by _id alone, so that a command costs about half a millisecond per
 // document in the collection. Its absolute speed says little about the
 // library; the ratios measured in the same run are what count. The defaults
-// are sized for it (a minute or two on 2 cores): few tasks per run, and 4
-// slots per consumer so that even 8 consumers have fewer slots than tasks.
-// Against a real server, raise -tasks.
+// are sized for it (about four minutes on 2 cores, two of them the idle
+// phase's settle and count windows): few tasks per run, and 4 slots per
+// consumer so that even 8 consumers have fewer slots than tasks. Against a
+// real server, raise -tasks.
 //
 // Phases, each on a fresh collection of the database "mscheduler_bench"
 // (dropped at the start and at the end; each collection is dropped once
@@ -35,7 +36,13 @@
 //     against an insert followed at once by a claim;
 //  4. the resident memory of an idle worker process (this binary run
 //     again), with an empty collection and with -mem-pending tasks not yet
-//     due, against a process that polls with the raw claim.
+//     due, against a process that polls with the raw claim;
+//  5. the cost of waiting, for each -idle N: one client serving N empty
+//     collections, a consumer of Capacity 4 on each (polling, and with
+//     change streams where the server has them), settles for -idle-settle,
+//     then the commands it sends over -idle-window are counted by name.
+//     The raw limit, beside it on a client of its own, polls each
+//     collection with one find per default PollInterval.
 //
 // The last line states the targets and whether each was met. A missed
 // target is reported, not an error: the exit status is non-zero only when
@@ -58,7 +65,7 @@ import (
 
 const database = "mscheduler_bench"
 
-// config sizes a run. The defaults finish in a minute or two on the
+// config sizes a run. The defaults finish in about four minutes on the
 // development server on a 2-core machine.
 type config struct {
 	// URI of the server; empty means MONGODB_URI, and if that is unset too,
@@ -80,6 +87,10 @@ type config struct {
 	MemPending int           // memory: not-yet-due tasks in the second measurement
 	MemSettle  time.Duration // memory: how long the worker runs before it is measured
 
+	IdleCollections []int         // idle: counts of idle collections to measure
+	IdleSettle      time.Duration // idle: how long the consumers run before counting
+	IdleWindow      time.Duration // idle: how long commands are counted
+
 	Stall time.Duration // a phase with no progress for this long fails
 
 	// SpareFor is the consumers' ClaimSpareFor in the end-to-end phase:
@@ -97,31 +108,40 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		Tasks:          60,
-		Rounds:         2,
-		Workers:        []int{1, 2, 4, 8},
-		Capacity:       4,
-		Publish:        200,
-		Batch:          100,
-		Latency:        40,
-		Rate:           10,
-		LatencyWorkers: 2,
-		MemPending:     10000,
-		MemSettle:      2 * time.Second,
-		Stall:          time.Minute,
+		Tasks:           60,
+		Rounds:          2,
+		Workers:         []int{1, 2, 4, 8},
+		Capacity:        4,
+		Publish:         200,
+		Batch:           100,
+		Latency:         40,
+		Rate:            10,
+		LatencyWorkers:  2,
+		MemPending:      10000,
+		MemSettle:       2 * time.Second,
+		IdleCollections: []int{1, 10, 50},
+		IdleSettle:      10 * time.Second,
+		IdleWindow:      30 * time.Second,
+		Stall:           time.Minute,
 	}
 }
 
 // flags is the configuration as command-line flags, for the report header.
 func (c config) flags() string {
-	ws := make([]string, len(c.Workers))
-	for i, w := range c.Workers {
-		ws[i] = strconv.Itoa(w)
-	}
 	return fmt.Sprintf("-tasks %d -rounds %d -workers %s -capacity %d -publish %d -batch %d -latency %d -rate %g "+
-		"-latency-workers %d -mem-pending %d -mem-settle %s -stall %s -claim-spare-for %s -server-delay %q",
-		c.Tasks, c.Rounds, strings.Join(ws, ","), c.Capacity, c.Publish, c.Batch, c.Latency, c.Rate,
-		c.LatencyWorkers, c.MemPending, c.MemSettle, c.Stall, c.SpareFor, c.ServerDelay)
+		"-latency-workers %d -mem-pending %d -mem-settle %s -idle %s -idle-settle %s -idle-window %s "+
+		"-stall %s -claim-spare-for %s -server-delay %q",
+		c.Tasks, c.Rounds, joinCounts(c.Workers), c.Capacity, c.Publish, c.Batch, c.Latency, c.Rate,
+		c.LatencyWorkers, c.MemPending, c.MemSettle, joinCounts(c.IdleCollections), c.IdleSettle, c.IdleWindow,
+		c.Stall, c.SpareFor, c.ServerDelay)
+}
+
+func joinCounts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }
 
 func (c config) validate() error {
@@ -136,6 +156,12 @@ func (c config) validate() error {
 		return fmt.Errorf("-mem-pending must not be negative")
 	case c.Stall <= 0:
 		return fmt.Errorf("-stall must be positive")
+	case len(c.IdleCollections) == 0:
+		return fmt.Errorf("-idle must name at least one count of collections")
+	case c.IdleSettle < 0:
+		return fmt.Errorf("-idle-settle must not be negative")
+	case c.IdleWindow <= 0:
+		return fmt.Errorf("-idle-window must be positive")
 	}
 	if c.ServerDelay != "" {
 		if _, err := mschedulertest.ParseDelay(c.ServerDelay); err != nil {
@@ -147,6 +173,11 @@ func (c config) validate() error {
 			return fmt.Errorf("-workers: %d is not a consumer count", w)
 		}
 	}
+	for _, n := range c.IdleCollections {
+		if n < 1 {
+			return fmt.Errorf("-idle: %d is not a count of collections", n)
+		}
+	}
 	return nil
 }
 
@@ -155,7 +186,7 @@ func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.IntVar(&cfg.Tasks, "tasks", cfg.Tasks, "end to end: tasks per run")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "end to end: runs of each side per consumer count, in the order raw, library, library, raw, ...")
-	workers := fs.String("workers", "1,2,4,8", "end to end: comma-separated consumer counts")
+	workers := fs.String("workers", joinCounts(cfg.Workers), "end to end: comma-separated consumer counts")
 	fs.IntVar(&cfg.Capacity, "capacity", cfg.Capacity, "slots per consumer (the raw loop runs workers×capacity goroutines)")
 	fs.IntVar(&cfg.Publish, "publish", cfg.Publish, "publishing: tasks per method")
 	fs.IntVar(&cfg.Batch, "batch", cfg.Batch, "publishing: PublishMany and insertMany batch size")
@@ -164,6 +195,9 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.LatencyWorkers, "latency-workers", cfg.LatencyWorkers, "latency: waiting consumers")
 	fs.IntVar(&cfg.MemPending, "mem-pending", cfg.MemPending, "memory: not-yet-due tasks in the collection")
 	fs.DurationVar(&cfg.MemSettle, "mem-settle", cfg.MemSettle, "memory: how long the worker runs before it is measured")
+	idle := fs.String("idle", joinCounts(cfg.IdleCollections), "idle: comma-separated counts of idle collections, a consumer each")
+	fs.DurationVar(&cfg.IdleSettle, "idle-settle", cfg.IdleSettle, "idle: how long the consumers run before their commands are counted")
+	fs.DurationVar(&cfg.IdleWindow, "idle-window", cfg.IdleWindow, "idle: how long their commands are counted")
 	fs.DurationVar(&cfg.Stall, "stall", cfg.Stall, "fail a phase that makes no progress for this long")
 	fs.DurationVar(&cfg.SpareFor, "claim-spare-for", cfg.SpareFor, "end to end: the consumers' ClaimSpareFor (0: the library's default; negative: no spares)")
 	fs.StringVar(&cfg.ServerDelay, "server-delay", "", `hold every command of both sides this long on its way to the server: "1s", a range "300ms-800ms", or growing "0s..2s/1m"`)
@@ -173,15 +207,27 @@ func parseFlags(args []string) (config, error) {
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	cfg.Workers = nil
-	for f := range strings.SplitSeq(*workers, ",") {
-		w, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			return cfg, fmt.Errorf("-workers: %q is not a number", f)
-		}
-		cfg.Workers = append(cfg.Workers, w)
+	var err error
+	if cfg.Workers, err = parseCounts(*workers); err != nil {
+		return cfg, fmt.Errorf("-workers: %w", err)
+	}
+	if cfg.IdleCollections, err = parseCounts(*idle); err != nil {
+		return cfg, fmt.Errorf("-idle: %w", err)
 	}
 	return cfg, cfg.validate()
+}
+
+// parseCounts parses a comma-separated list of numbers.
+func parseCounts(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func main() {
@@ -234,6 +280,9 @@ func run(ctx context.Context, cfg config) (*report, error) {
 	}
 	if rep.Memory, err = memoryPhase(ctx, env); err != nil {
 		return nil, fmt.Errorf("memory: %w", err)
+	}
+	if rep.Idle, err = idlePhase(ctx, env); err != nil {
+		return nil, fmt.Errorf("idle: %w", err)
 	}
 	rep.Wall = time.Since(rep.Started)
 	return rep, nil

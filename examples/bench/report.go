@@ -26,6 +26,7 @@ type report struct {
 	Publish  publishResult
 	Latency  latencyResult
 	Memory   memoryResult
+	Idle     idleResult
 }
 
 func newReport(cfg config, server string) *report {
@@ -197,6 +198,9 @@ func (r *report) print(w io.Writer) {
 	}
 	p("  lib/raw is the library's figure over the raw loop's; \"better\" says which way is good.\n")
 	r.printCommandNames(w)
+	if len(r.Idle.Poll) > 0 {
+		r.printIdleCommandNames(w)
+	}
 	p("\n%s\n", r.checksLine())
 	p("\n%s\n", r.targetLine())
 }
@@ -233,7 +237,11 @@ func (r *report) sections() []section {
 		cpu.rows = append(cpu.rows, row{name, fmtCPU(lib.cpuPer1000()), fmtCPU(raw.cpuPer1000()),
 			ratioOf(float64(lib.cpuPer1000()), float64(raw.cpuPer1000())), "lower"})
 	}
-	return []section{e2e, drain, cmds, besides, writes, cpu, r.publishSection(), r.latencySection(), r.memorySection()}
+	out := []section{e2e, drain, cmds, besides, writes, cpu, r.publishSection(), r.latencySection(), r.memorySection()}
+	if len(r.Idle.Poll) > 0 {
+		out = append(out, r.idleSection())
+	}
+	return out
 }
 
 func (r *report) publishSection() section {
@@ -393,7 +401,7 @@ type target struct {
 func (r *report) targets() []target {
 	var out []target
 	if len(r.EndToEnd) == 0 {
-		return out
+		return r.idleTargets()
 	}
 	maxCmds, maxCmdsW := 0.0, 0
 	maxBesides, maxBesidesW := 0.0, 0
@@ -431,7 +439,8 @@ func (r *report) targets() []target {
 	}
 	out = append(out, target{fmt.Sprintf("W=%d >= 80%% of best", largest.Workers),
 		fmt.Sprintf("%.2f of W=%d (raw loop: %.2f of its best)", scale, bestW, largest.Raw.tasksPerSec()/rawBest), scale >= 0.8})
-	return append(out, r.throughputTargets()...)
+	out = append(out, r.throughputTargets()...)
+	return append(out, r.idleTargets()...)
 }
 
 // throughputTargets are the targets of batched claims, pings and run ends:
