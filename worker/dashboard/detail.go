@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -168,10 +169,50 @@ func (d *Dashboard) recentRuns(ctx context.Context, p *mscheduler.Producer[bson.
 		return err
 	}
 	for _, run := range page.Runs {
-		v.Recent = append(v.Recent, runBar{Collection: collection, Key: run.Key, Outcome: run.Outcome, Started: run.Started,
-			Finished: run.Finished, Width: barWidth(run.Finished.Sub(run.Started)), Mark: markOf(run.Outcome)})
+		v.Recent = append(v.Recent, barOf(collection, run))
 	}
 	return nil
+}
+
+// recentRunsOfAll adds to each worker of views its recent runs of the
+// collection: the collection's newest runs, workerRuns for each worker
+// listed, read at once; then, only if those were not all of its runs, the
+// runs of each worker that read left short, read alone. A read per worker
+// (each index-served on MongoDB, each a scan of the history on a server
+// without indexes) made the page take 30 s on a busy development server
+// with the twenty workers a crash soak leaves in the registry.
+func (d *Dashboard) recentRunsOfAll(ctx context.Context, p *mscheduler.Producer[bson.RawValue], collection string, views []workerView, index map[string]*workerView) error {
+	if len(views) == 0 {
+		return nil
+	}
+	page, err := p.Runs(ctx, mscheduler.RunFilter{Limit: min(mscheduler.RunsLimitMax, workerRuns*len(views))})
+	if err != nil {
+		return err
+	}
+	found := map[string]int{}
+	for _, run := range page.Runs {
+		if v := index[run.WorkerID]; v != nil && found[run.WorkerID] < workerRuns {
+			found[run.WorkerID]++
+			v.Recent = append(v.Recent, barOf(collection, run))
+		}
+	}
+	if page.Next == "" {
+		return nil // every run of the collection was read
+	}
+	for i := range views {
+		if v := &views[i]; found[v.ID] < workerRuns {
+			v.Recent = slices.DeleteFunc(v.Recent, func(b runBar) bool { return b.Collection == collection })
+			if err := d.recentRuns(ctx, p, collection, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func barOf(collection string, run mscheduler.RunInfo) runBar {
+	return runBar{Collection: collection, Key: run.Key, Outcome: run.Outcome, Started: run.Started,
+		Finished: run.Finished, Width: barWidth(run.Finished.Sub(run.Started)), Mark: markOf(run.Outcome)}
 }
 
 // barWidth grows with the log of a run's duration: 6 px for 10 ms, about
@@ -241,11 +282,9 @@ func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		}
-		for i := range views {
-			if err := d.recentRuns(ctx, p, name, &views[i]); err != nil {
-				d.serverError(w, r, err)
-				return
-			}
+		if err := d.recentRunsOfAll(ctx, p, name, views, index); err != nil {
+			d.serverError(w, r, err)
+			return
 		}
 	}
 	for i := range views {

@@ -2,17 +2,22 @@ package dashboard_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
 	"github.com/mscheduler/mscheduler/worker/dashboard"
 )
 
@@ -114,5 +119,51 @@ func TestSlowQueryShowsAMessage(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "took longer than 1µs and was stopped: narrow the filter") {
 		t.Errorf("status %d, body:\n%.2000s", resp.StatusCode, body)
+	}
+}
+
+// TestWorkersPageReadsTheHistoryOnce: the workers page reads the recent
+// runs of every worker listed with one read of the history, not one per
+// worker, and still shows each worker's runs.
+func TestWorkersPageReadsTheHistoryOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, dashboard.Config{})
+	ctx := t.Context()
+	ids := []string{workerOf(f.coll)}
+	for i := range 5 {
+		ids = append(ids, fmt.Sprintf("idle-%d-%s", i, f.coll.Name()))
+	}
+	for _, id := range ids {
+		if err := mscheduler.Heartbeat(ctx, f.coll.Database(), mscheduler.WorkerInfo{ID: id, Host: "h", PID: 42, HeartbeatMS: 10_000}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = mscheduler.Deregister(context.Background(), f.coll.Database(), id) })
+	}
+	history := f.coll.Name() + ".runs"
+	var reads atomic.Int64
+	client := mschedulertest.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "find" && e.Command.Lookup("find").StringValue() == history {
+			reads.Add(1)
+		}
+	}}))
+	d, err := dashboard.New(client.Database(f.coll.Database().Name()), &dashboard.Config{Collections: []string{f.coll.Name()}, Token: fixtureToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/workers?c="+f.coll.Name(), nil)
+	req.Header.Set("Authorization", "Bearer "+fixtureToken)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "welcome-1") {
+		t.Fatalf("workers page: status %d, want 200 with the run of welcome-1:\n%s", resp.StatusCode, body)
+	}
+	if n := reads.Load(); n != 1 {
+		t.Errorf("the workers page read the history %d times for %d workers of this collection, want once", n, len(ids))
 	}
 }
