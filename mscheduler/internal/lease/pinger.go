@@ -311,17 +311,16 @@ func (p *Pinger) tick(ctx context.Context) time.Time {
 	return next
 }
 
-// behind says a run's last renewal failed, or its lease is shorter than a
-// due ping finds after a renewal that went as pings go now, by half an
-// interval: it is pinged alone, for a batch gives up at the earliest lease
-// in it, and this one would cut short the pings of the others. A renewal
-// that went well leaves the lease less the longer of the interval and the
-// round trip: counted from the interval alone, every run of a server
-// answering in more than one and a half intervals looked behind, and was
-// pinged alone, a command each just when the server was slow.
+// behind says a run's last renewal failed, or less than half its lease is
+// left: it is pinged alone, for a batch gives up at the earliest lease in
+// it, and this one would cut short the pings of the others. A renewal
+// that went as pings go leaves far more: first counted from the interval
+// (less than the lease less one and a half intervals), every run of a
+// server answering in more than one and a half intervals looked behind,
+// and so did runs whose ping met one slow round trip on a busy machine;
+// each was pinged alone, a command each, just when the server was slow.
 func (p *Pinger) behind(r *Run, now time.Time) bool {
-	every := p.interval(r)
-	return r.failures > 0 || r.Lease().Sub(now) < r.WorkerTimeout-every-every/2
+	return r.failures > 0 || r.Lease().Sub(now) < r.WorkerTimeout/2
 }
 
 // interval is how often a run is pinged: at its PingInterval, or at twice

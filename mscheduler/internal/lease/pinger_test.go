@@ -179,7 +179,8 @@ func TestOnlyRunsBehindArePingedAlone(t *testing.T) {
 		{"renewed by a ping of 300 ms", 1700 * time.Millisecond, 0, false},
 		{"renewed by a ping of one interval", 1900 * time.Millisecond, 0, false},
 		{"its last ping failed", 1900 * time.Millisecond, 1, true},
-		{"missed renewals", time.Second, 0, true},
+		{"renewed by a ping that met a round trip of 900 ms", 1100 * time.Millisecond, 0, false},
+		{"missed renewals", 900 * time.Millisecond, 0, true},
 	} {
 		if got := p.behind(run(c.leaseLeft, c.failures), now); got != c.want {
 			t.Errorf("%s: behind = %v, want %v", c.name, got, c.want)
