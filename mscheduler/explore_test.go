@@ -22,17 +22,33 @@ import (
 
 // The interleaving explorer runs each multi-command operation of a worker
 // (a claim alone, batch claims with and without a read back, the plan
-// gate, pings and run ends alone and batched, a sweep, a maintenance pass) through a HoldProxy
-// that splits updates statement by statement, as MongoDB applies
-// them. It first records the commands the operation sends; then, for every
-// boundary (before each command or statement, and after the last one
-// before its reply) and every action (each producer action, a second
-// worker's claim, a sweep), it stops the operation there, applies the
-// action, lets the operation finish, and checks every document against
-// the owner's invariants (taskstate.Check), no more runs held or done
-// than the task's concurrency, and what the action promises: a cancel,
-// pause or delete stands, no claim lands after one, and a run claimed
-// after a params update runs the new params.
+// gate, pings and run ends alone and batched, a sweep, a maintenance
+// pass) through a HoldProxy that splits updates statement by statement,
+// as MongoDB applies them. It first records the commands the operation
+// sends; then, for every boundary (before each command or statement, and
+// after the last one before its reply) and every action (each producer
+// action, a second worker's claim, a sweep), it stops the operation there,
+// applies the action, lets the operation finish, and checks every document
+// against the owner's invariants (taskstate.Check), no more runs held or
+// done than the task's concurrency, and what the action promises: a
+// cancel, pause or delete stands, no claim lands after one, and a run
+// claimed after a params update runs the new params.
+//
+// It checks each case against the reference model as well (mTask, shared
+// with the state-machine test; see explore_model_test.go): the case's
+// tasks as stored (status, holders, running, free, succeeded, failed_runs,
+// paused, whether run_at is due now, a retry delay on or later, params,
+// and the params of each run the operation claimed) must be as the model
+// predicts for a serial order of the operation and the actions: the
+// operation wholly before or after the action (with two, before, between
+// or after them, the actions in their order). Timestamps and run ids are
+// not compared. A batch operation is as atomic as each of its parts (its
+// candidate read, each statement, its read back), no more: for it, the
+// order in which the actions landed between two parts is allowed too.
+// The plan gate has no counterpart in the model (nor have plans in the
+// state-machine test): its cases keep the checks above only. Each case's
+// tasks are deleted once checked, so that a task an action published anew
+// (any worker may claim it) stands in no later case's way.
 //
 // Depth 1 (one action at one boundary) is enumerated in full. With
 // -explore.depth=2, pairs of actions at one boundary are sampled as well:
@@ -73,6 +89,13 @@ type exCase struct {
 	claimed  []mscheduler.WorkerRun
 	applied  map[string]bool // the actions that applied (not refused as not applicable)
 	note     []string
+	start    *exModel // the model of the tasks once the setup ran
+	// appliedCmds are the operation's commands the server had applied
+	// when the actions landed; before says none of them was its claim;
+	// lastApplied, that its last one was; fenceMoved, that the actions
+	// moved what a claim of the first task as read is fenced on.
+	appliedCmds                     []mschedulertest.Command
+	before, lastApplied, fenceMoved bool
 }
 
 // exploreOp is an operation of a worker and the tasks it runs on.
@@ -83,6 +106,20 @@ type exploreOp struct {
 	setup func(c *exCase) error                                       // before the operation: claim the runs it needs
 	run   func(c *exCase) error
 	mayGo bool // the operation may delete the task (retention), unless an action made it run again
+	// model is the operation in the reference model; parts, that of a
+	// batch operation, part by part. Both are nil for the plan gate,
+	// which the model does not follow (as in the state-machine test, a
+	// plan's state is read from the stored task).
+	model exStep
+	parts []exPart
+}
+
+// serial is the model of the operation as a whole; nil without one.
+func (op exploreOp) serial() exStep {
+	if op.parts != nil {
+		return whole(op.parts)
+	}
+	return op.model
 }
 
 // exploreAction is what the test does while the operation is held.
@@ -98,12 +135,15 @@ type exploreAction struct {
 	// undoes names the actions whose promises this one ends when it
 	// applies after them (a retry after a cancel).
 	undoes []string
+	// model is the action in the reference model, on the case's first
+	// task.
+	model exStep
 }
 
 func exploreTask(c *exCase, conc int) mscheduler.Task[map[string]any] {
 	return mscheduler.Task[map[string]any]{
 		Params: map[string]any{"n": 1}, Concurrency: conc, MaxFailedRuns: 2,
-		WorkerIDs: []string{c.wid, c.wid + "-2"}, PingInterval: time.Second, WorkerTimeout: 30 * time.Second,
+		WorkerIDs: []string{c.wid, second(c)}, PingInterval: time.Second, WorkerTimeout: 30 * time.Second,
 		RetryDelay: time.Millisecond,
 	}
 }
@@ -149,17 +189,18 @@ func (c *exCase) claimedOne(r *mscheduler.WorkerRun, err error) error {
 }
 
 var exploreOps = []exploreOp{
-	{name: "claim alone", tasks: 1, task: plainTask(1), run: func(c *exCase) error { return c.claimedOne(c.w.Claim(c.x.ctx)) }},
+	{name: "claim alone", tasks: 1, task: plainTask(1), run: func(c *exCase) error { return c.claimedOne(c.w.Claim(c.x.ctx)) },
+		model: claimOne(explored, true)},
 	{name: "batch claim as read", tasks: 2, task: plainTask(1), run: func(c *exCase) error {
 		rs, err := c.w.ClaimBatch(c.x.ctx, 2)
 		c.claimed = append(c.claimed, rs...)
 		return err
-	}},
+	}, parts: batchClaimAsRead},
 	{name: "batch claim read back", tasks: 2, task: plainTask(2), run: func(c *exCase) error {
 		rs, err := c.w.ClaimBatch(c.x.ctx, 2)
 		c.claimed = append(c.claimed, rs...)
 		return err
-	}},
+	}, parts: batchClaimReadBack},
 	{name: "plan gate skip", tasks: 1, task: planTask(1),
 		setup: func(c *exCase) error { return c.x.prod.SkipNext(c.x.ctx, c.keys[0], 1) },
 		run:   func(c *exCase) error { return c.claimedOne(c.w.Claim(c.x.ctx)) }},
@@ -167,27 +208,27 @@ var exploreOps = []exploreOp{
 	{name: "ping", tasks: 1, task: plainTask(1), setup: (*exCase).claimAll, run: func(c *exCase) error {
 		_, err := c.w.Ping(c.x.ctx, c.prepared[0].RunID)
 		return err
-	}},
+	}, model: det(renew(0))},
 	{name: "pings batched", tasks: 2, task: plainTask(1), setup: (*exCase).claimAll, run: func(c *exCase) error {
 		_, err := c.w.PingTogether(c.x.ctx, []string{c.prepared[0].RunID, c.prepared[1].RunID})
 		return err
-	}},
+	}, parts: pingsTogether},
 	{name: "run end", tasks: 1, task: plainTask(1), setup: (*exCase).claimAll, run: func(c *exCase) error {
 		return ignoreLost(c.w.End(c.x.ctx, c.prepared[0].RunID, mscheduler.OutcomeSucceeded))
-	}},
+	}, model: det(endRun(0, mscheduler.OutcomeSucceeded))},
 	{name: "run end failed", tasks: 1, task: plainTask(1), setup: (*exCase).claimAll, run: func(c *exCase) error {
 		return ignoreLost(c.w.End(c.x.ctx, c.prepared[0].RunID, mscheduler.OutcomeFailed))
-	}},
+	}, model: det(endRun(0, mscheduler.OutcomeFailed))},
 	{name: "run end released", tasks: 1, task: plainTask(2), setup: (*exCase).claimAll, run: func(c *exCase) error {
 		return ignoreLost(c.w.End(c.x.ctx, c.prepared[0].RunID, mscheduler.OutcomeReleased))
-	}},
+	}, model: det(endRun(0, mscheduler.OutcomeReleased))},
 	{name: "execute failing with retries", tasks: 1, task: plainTask(1), setup: (*exCase).claimAll, run: func(c *exCase) error {
 		return ignoreLost(c.w.Execute(c.x.ctx, c.prepared[0].RunID, "error"))
-	}},
+	}, model: det(endRun(0, mscheduler.OutcomeFailed))},
 	{name: "run ends batched", tasks: 2, task: plainTask(1), setup: (*exCase).claimAll, run: func(c *exCase) error {
 		ids := []string{c.prepared[0].RunID, c.prepared[1].RunID}
 		return ignoreLost(errors.Join(c.w.EndTogether(c.x.ctx, ids, []mscheduler.Outcome{mscheduler.OutcomeSucceeded, mscheduler.OutcomeReleased})...))
-	}},
+	}, parts: endsTogether},
 	{name: "sweep", tasks: 1, task: plainTask(1),
 		setup: func(c *exCase) error {
 			if err := c.claimAll(); err != nil {
@@ -197,7 +238,7 @@ var exploreOps = []exploreOp{
 			c.x.clock.advance(31 * time.Second) // past the run's lease
 			return nil
 		},
-		run: func(c *exCase) error { return c.w.Sweep(c.x.ctx) }},
+		run: func(c *exCase) error { return c.w.Sweep(c.x.ctx) }, model: det(sweep)},
 	{name: "maintenance pass", tasks: 1, task: plainTask(1), mayGo: true,
 		setup: func(c *exCase) error {
 			if err := c.claimAll(); err != nil {
@@ -209,7 +250,7 @@ var exploreOps = []exploreOp{
 			c.x.clock.advance(2 * exploreRetention.Succeeded) // past the finished task's retention
 			return nil
 		},
-		run: func(c *exCase) error { c.w.Maintain(c.x.ctx); return nil }},
+		run: func(c *exCase) error { c.w.Maintain(c.x.ctx); return nil }, model: det(maintain)},
 }
 
 func ignoreLost(err error) error {
@@ -247,61 +288,116 @@ func statusIs(want string) func(*exCase, bson.Raw, bool) error {
 }
 
 var exploreActions = []exploreAction{
-	{name: "cancel", stops: true, apply: func(c *exCase) error { return c.x.prod.Cancel(c.x.ctx, c.keys[0]) }, check: statusIs("cancelled")},
+	{name: "cancel", stops: true, apply: func(c *exCase) error { return c.x.prod.Cancel(c.x.ctx, c.keys[0]) }, check: statusIs("cancelled"),
+		model: onFirst(func(_ *exModel, t *xTask) {
+			if t.canCancel() {
+				t.cancel()
+			}
+		})},
 	{name: "pause", stops: true, apply: func(c *exCase) error { return c.x.prod.Pause(c.x.ctx, c.keys[0]) },
 		check: func(_ *exCase, doc bson.Raw, _ bool) error {
 			if p, _ := doc.Lookup("paused").BooleanOK(); !p {
 				return errors.New("the pause did not stand")
 			}
 			return nil
-		}},
+		}, model: onFirst(func(_ *exModel, t *xTask) { t.paused = true })},
 	{name: "pause and resume", undoes: []string{"pause"}, apply: func(c *exCase) error {
 		if err := c.x.prod.Pause(c.x.ctx, c.keys[0]); err != nil {
 			return err
 		}
 		return c.x.prod.Resume(c.x.ctx, c.keys[0])
-	}},
-	{name: "skip next", apply: func(c *exCase) error { return c.x.prod.SkipNext(c.x.ctx, c.keys[0], 1) }},
-	{name: "retry", undoes: []string{"cancel"}, apply: func(c *exCase) error { return c.x.prod.Retry(c.x.ctx, c.keys[0]) }},
-	{name: "run now", apply: func(c *exCase) error { return c.x.prod.RunNow(c.x.ctx, c.keys[0]) }},
-	{name: "delete", stops: true, apply: func(c *exCase) error { return c.x.prod.Delete(c.x.ctx, c.keys[0], nil) }},
+	}, model: onFirst(func(_ *exModel, t *xTask) { t.paused = false })},
+	// A task without a plan refuses a skip; the model does not follow
+	// plans.
+	{name: "skip next", apply: func(c *exCase) error { return c.x.prod.SkipNext(c.x.ctx, c.keys[0], 1) }, model: det(func(*exModel) {})},
+	{name: "retry", undoes: []string{"cancel"}, apply: func(c *exCase) error { return c.x.prod.Retry(c.x.ctx, c.keys[0]) },
+		model: onFirst(func(_ *exModel, t *xTask) {
+			if t.canRetry() {
+				t.retry()
+				t.due = dueNow
+			}
+		})},
+	{name: "run now", apply: func(c *exCase) error { return c.x.prod.RunNow(c.x.ctx, c.keys[0]) },
+		model: onFirst(func(_ *exModel, t *xTask) {
+			if t.canRunNow() {
+				t.due = dueNow
+			}
+		})},
+	{name: "delete", stops: true, apply: func(c *exCase) error { return c.x.prod.Delete(c.x.ctx, c.keys[0], nil) },
+		model: onFirst(func(m *exModel, t *xTask) {
+			if t.canDelete() {
+				delete(m.tasks, m.c.keys[0])
+			}
+		})},
 	{name: "update params", undoes: []string{"delete"}, apply: func(c *exCase) error {
-		_, err := c.x.prod.Publish(c.x.ctx, mscheduler.Task[map[string]any]{Key: c.keys[0], Params: map[string]any{"n": 2}}, &mscheduler.PublishOpts{UpdateParams: true})
+		_, err := c.x.prod.Publish(c.x.ctx, newParamsTask(c), &mscheduler.PublishOpts{UpdateParams: true})
 		return err
-	}, check: newParamsRun},
+	}, check: newParamsRun, model: publishModel(newParamsTask, func(_ *exModel, t *xTask, task mscheduler.Task[map[string]any]) {
+		t.params = task.Params["n"].(int)
+	})},
 	{name: "edit params by hand", apply: func(c *exCase) error {
 		// As in mongosh: nothing else of the task moves.
 		_, err := c.x.coll.UpdateOne(c.x.ctx, bson.D{{Key: "_id", Value: c.keys[0]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "params.n", Value: 2}}}})
 		return err
-	}, check: newParamsRun},
-	{name: "publish reset", undoes: []string{"cancel", "exclude the worker", "delete"}, apply: func(c *exCase) error {
-		_, err := c.x.prod.Publish(c.x.ctx, plainTask(1)(c.keys[0], c), &mscheduler.PublishOpts{ResetFinished: true})
+	}, check: newParamsRun, model: onFirst(func(_ *exModel, t *xTask) { t.params = 2 })},
+	{name: "publish reset", undoes: []string{"cancel", "pause", "exclude the worker", "delete"}, apply: func(c *exCase) error {
+		_, err := c.x.prod.Publish(c.x.ctx, resetTask(c), &mscheduler.PublishOpts{ResetFinished: true})
 		return err
-	}},
+	}, model: publishModel(resetTask, func(m *exModel, t *xTask, task mscheduler.Task[map[string]any]) {
+		if t.finishedForGood() {
+			fresh := xPublished(task, m.now)
+			fresh.oldMarks, fresh.newMarks = t.oldMarks, t.newMarks // a reset keeps the runs' history marks
+			m.tasks[task.Key] = fresh
+		}
+	})},
 	{name: "move run_at", undoes: []string{"delete"}, apply: func(c *exCase) error {
-		_, err := c.x.prod.Publish(c.x.ctx, mscheduler.Task[map[string]any]{Key: c.keys[0], RunAt: c.x.clock.wall().Add(time.Hour)}, &mscheduler.PublishOpts{MoveRunAt: true})
+		_, err := c.x.prod.Publish(c.x.ctx, movedRunAtTask(c), &mscheduler.PublishOpts{MoveRunAt: true})
 		if errors.Is(err, mscheduler.ErrInvalid) {
 			return nil // a plan sets its own run_at
 		}
 		return err
-	}},
+	}, model: publishModel(movedRunAtTask, func(_ *exModel, t *xTask, _ mscheduler.Task[map[string]any]) { t.due = dueLater })},
 	{name: "raise concurrency", apply: func(c *exCase) error {
-		conc := 3
+		conc := raisedConcurrency
 		return c.x.prod.Update(c.x.ctx, c.keys[0], mscheduler.TaskUpdate{Concurrency: &conc})
-	}},
+	}, model: onFirst(func(_ *exModel, t *xTask) {
+		if t.canResize(raisedConcurrency) {
+			t.resize(raisedConcurrency)
+		}
+	})},
 	{name: "exclude the worker", stops: true, apply: func(c *exCase) error {
-		ids := []string{c.wid + "-2"}
+		ids := []string{second(c)}
 		return c.x.prod.Update(c.x.ctx, c.keys[0], mscheduler.TaskUpdate{WorkerIDs: &ids})
-	}},
+	}, model: onFirst(func(m *exModel, t *xTask) { t.workers = []string{second(m.c)} })},
 	{name: "second worker claims", apply: func(c *exCase) error {
 		r, err := c.w2.Claim(c.x.ctx)
 		if r != nil {
 			c.note = append(c.note, "second worker claimed "+r.Key)
 		}
 		return err
-	}},
-	{name: "second worker sweeps", apply: func(c *exCase) error { return c.w2.Sweep(c.x.ctx) }},
+	}, model: claimOne(second, false)},
+	{name: "second worker sweeps", apply: func(c *exCase) error { return c.w2.Sweep(c.x.ctx) }, model: det(sweep)},
 }
+
+// The tasks the actions publish, alike for the action and its model.
+
+func newParamsTask(c *exCase) mscheduler.Task[map[string]any] {
+	return mscheduler.Task[map[string]any]{Key: c.keys[0], Params: map[string]any{"n": 2}}
+}
+
+func resetTask(c *exCase) mscheduler.Task[map[string]any] { return plainTask(1)(c.keys[0], c) }
+
+func movedRunAtTask(c *exCase) mscheduler.Task[map[string]any] {
+	return mscheduler.Task[map[string]any]{Key: c.keys[0], RunAt: c.x.clock.wall().Add(time.Hour)}
+}
+
+const raisedConcurrency = 3
+
+// explored and second are the ids of a case's workers: the one explored,
+// and the second one.
+func explored(c *exCase) string { return c.wid }
+
+func second(c *exCase) string { return c.wid + "-2" }
 
 // boundary is where a case stops the operation: before its n-th command
 // (from 1), or after its last one, before the reply.
@@ -373,7 +469,7 @@ func (x *explorer) newCase(op exploreOp) *exCase {
 	if c.w, err = mscheduler.NewWorker(x.ctx, x.held, c.wid, x.clock.wall, x.clock.mono, exploreRetention); err != nil {
 		x.t.Fatal(err)
 	}
-	if c.w2, err = mscheduler.NewWorker(x.ctx, x.coll, c.wid+"-2", x.clock.wall, x.clock.mono, exploreRetention); err != nil {
+	if c.w2, err = mscheduler.NewWorker(x.ctx, x.coll, second(c), x.clock.wall, x.clock.mono, exploreRetention); err != nil {
 		x.t.Fatal(err)
 	}
 	mscheduler.ShareClock[map[string]any](x.first, nil, c.w, c.w2)
@@ -391,6 +487,9 @@ func (x *explorer) newCase(op exploreOp) *exCase {
 		if err := op.setup(c); err != nil {
 			x.t.Fatalf("%s: setup: %v", op.name, err)
 		}
+	}
+	if op.serial() != nil {
+		c.start = x.startModel(c)
 	}
 	return c
 }
@@ -412,7 +511,7 @@ func (x *explorer) record(op exploreOp) []string {
 	if len(out) == 0 {
 		x.t.Fatalf("%s sent no command", op.name)
 	}
-	x.checkCase(op, c, op.name, nil, false)
+	x.checkCase(op, c, op.name, nil)
 	return out
 }
 
@@ -447,10 +546,15 @@ func (x *explorer) explore(op exploreOp, b boundary, actions []exploreAction) {
 		if err != nil {
 			x.t.Fatalf("%s: %v", where, err)
 		}
-		x.checkCase(op, c, where, nil, false)
+		x.checkCase(op, c, where, nil)
 		return
 	case <-hold.Reached():
 		heldCmd, _ = hold.Wait(x.ctx)
+	}
+	fencedAsRead := slices.ContainsFunc(op.parts, func(p exPart) bool { return p.fencedAsRead })
+	var fence string
+	if fencedAsRead {
+		fence = x.fenceOf(c.keys[0])
 	}
 	for _, a := range actions {
 		err := a.apply(c)
@@ -459,14 +563,34 @@ func (x *explorer) explore(op exploreOp, b boundary, actions []exploreAction) {
 			<-done
 			x.t.Fatalf("%s: action %s: %v", where, a.name, err)
 		}
-		c.applied[a.name] = err == nil
+		c.applied[a.name] = c.applied[a.name] || err == nil
 	}
-	before := !claimSent(x.proxy.Since(from), heldCmd, c.wid, b.at == mschedulertest.BeforeReply)
+	c.fenceMoved = fencedAsRead && x.fenceOf(c.keys[0]) != fence
+	c.lastApplied = b.at == mschedulertest.BeforeReply
+	c.appliedCmds = appliedBefore(x.proxy.Since(from), heldCmd, c.lastApplied)
+	c.before = !slices.ContainsFunc(c.appliedCmds, mschedulertest.Updating(x.coll.Name(), "holders."+c.wid))
 	hold.Release()
 	if err := <-done; err != nil {
 		x.t.Fatalf("%s: the operation: %v", where, err)
 	}
-	x.checkCase(op, c, where, actions, before)
+	x.checkCase(op, c, where, actions)
+}
+
+// fenceOf is what a claim of the task key as read is fenced on
+// (taskstate.AsReadFence), as it stands.
+func (x *explorer) fenceOf(key string) string {
+	raw, err := x.coll.FindOne(x.ctx, bson.D{{Key: "_id", Value: key}}, options.FindOne().SetProjection(bson.D{{Key: "runs", Value: 0}})).Raw()
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return "gone"
+	case err != nil:
+		x.t.Fatal(err)
+	}
+	f, err := bson.Marshal(taskstate.AsReadFence(raw))
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	return string(f)
 }
 
 func actionNames(as []exploreAction) string {
@@ -477,30 +601,31 @@ func actionNames(as []exploreAction) string {
 	return strings.Join(names, " then ")
 }
 
-// claimSent says a claim by worker wid had reached the server when the
-// operation was stopped at held: a command before it (or held itself, when
-// stopped after the server applied it) that claims for wid.
-func claimSent(cmds []mschedulertest.Command, held mschedulertest.Command, wid string, heldApplied bool) bool {
-	claims := mschedulertest.Updating(held.Collection, "holders."+wid)
+// appliedBefore are the commands of cmds the server had applied when the
+// operation was stopped at held: those before it, and held itself when
+// stopped after the server applied it.
+func appliedBefore(cmds []mschedulertest.Command, held mschedulertest.Command, heldApplied bool) []mschedulertest.Command {
+	var out []mschedulertest.Command
 	for _, cmd := range cmds {
 		if cmd.Seq > held.Seq || cmd.Seq == held.Seq && !heldApplied {
 			break
 		}
-		if claims(cmd) {
-			return true
-		}
+		out = append(out, cmd)
 	}
-	return false
+	return out
 }
 
-// checkCase checks every task of the case once the operation finished.
-func (x *explorer) checkCase(op exploreOp, c *exCase, where string, actions []exploreAction, before bool) {
+// checkCase checks every task of the case once the operation finished,
+// then deletes them: a task an action published anew (after a delete) may
+// be claimed by any worker, and would stand in a later case's way.
+func (x *explorer) checkCase(op exploreOp, c *exCase, where string, actions []exploreAction) {
 	x.t.Helper()
 	retention := taskstate.Retention{Succeeded: exploreRetention.Succeeded, Failed: exploreRetention.Failed}
+	raws := make([]bson.Raw, len(c.keys)) // nil: gone
 	for i, key := range c.keys {
 		raw, err := x.coll.FindOne(x.ctx, bson.D{{Key: "_id", Value: key}}, options.FindOne().SetProjection(bson.D{{Key: "runs", Value: 0}})).Raw()
 		if errors.Is(err, mongo.ErrNoDocuments) {
-			if i == 0 && c.applied["delete"] && !undone(actions, "delete", c) || op.mayGo && !c.applied["publish reset"] && !c.applied["retry"] {
+			if i == 0 && stands(actions, "delete", c) || op.mayGo && !c.applied["publish reset"] && !c.applied["retry"] {
 				continue
 			}
 			x.t.Fatalf("%s: task %s is gone", where, key)
@@ -508,6 +633,7 @@ func (x *explorer) checkCase(op exploreOp, c *exCase, where string, actions []ex
 		if err != nil {
 			x.t.Fatal(err)
 		}
+		raws[i] = raw
 		if v := taskstate.Check(raw, retention); len(v) > 0 {
 			x.t.Fatalf("%s: task %s breaks invariants %v\n%s\n%v", where, key, v, raw, c.note)
 		}
@@ -520,31 +646,90 @@ func (x *explorer) checkCase(op exploreOp, c *exCase, where string, actions []ex
 		if i > 0 {
 			continue
 		}
-		for j, a := range actions {
-			if !c.applied[a.name] || undone(actions[j+1:], a.name, c) {
+		for _, a := range actions {
+			if !stands(actions, a.name, c) {
 				continue
 			}
 			if a.check != nil {
-				if err := a.check(c, raw, before); err != nil {
+				if err := a.check(c, raw, c.before); err != nil {
 					x.t.Fatalf("%s: %v\n%s\n%v", where, err, raw, c.note)
 				}
 			}
-			if a.stops && before && slices.ContainsFunc(c.claimed, func(r mscheduler.WorkerRun) bool { return r.Key == key }) {
+			if a.stops && c.before && slices.ContainsFunc(c.claimed, func(r mscheduler.WorkerRun) bool { return r.Key == key }) {
 				x.t.Fatalf("%s: the operation claimed %s after the action landed\n%s", where, key, raw)
 			}
 		}
 	}
-	if c.applied["delete"] && !undone(actions[slices.IndexFunc(actions, func(a exploreAction) bool { return a.name == "delete" })+1:], "delete", c) {
+	if stands(actions, "delete", c) {
 		if n, _ := x.coll.CountDocuments(x.ctx, bson.D{{Key: "_id", Value: c.keys[0]}}); n != 0 {
 			x.t.Fatalf("%s: the deleted task came back", where)
 		}
 	}
+	if op.serial() != nil {
+		x.checkModel(op, c, where, actions, raws)
+	}
+	if _, err := x.coll.DeleteMany(x.ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: c.keys}}}}); err != nil {
+		x.t.Fatal(err)
+	}
 }
 
-// undone says an action applied among later ends the promises of the
-// action named.
-func undone(later []exploreAction, name string, c *exCase) bool {
-	return slices.ContainsFunc(later, func(a exploreAction) bool { return c.applied[a.name] && slices.Contains(a.undoes, name) })
+// checkModel checks that the case ended as the reference model says some
+// serial order of the operation and the actions ends (the operation wholly
+// before, between or after the actions, which keep their order), or, for a
+// batch operation, the order in which the actions landed between its
+// parts.
+func (x *explorer) checkModel(op exploreOp, c *exCase, where string, actions []exploreAction, raws []bson.Raw) {
+	x.t.Helper()
+	observed := make(exOutcome, len(c.keys))
+	for i, raw := range raws {
+		var err error
+		if observed[i], err = observedOf(raw, c.start.now, claimedParams(c, c.keys[i])); err != nil {
+			x.t.Fatalf("%s: read task %s for the model: %v", where, c.keys[i], err)
+		}
+	}
+	orders := serialOrders(c.start, op.serial(), op.name, actions)
+	if o, ok := between(op, c, actions); ok {
+		orders = append(orders, o)
+	}
+	for _, o := range orders {
+		if slices.ContainsFunc(o.outcomes, observed.matches) {
+			return
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: the outcome is none the reference model predicts\n  observed: %s", where, observed)
+	for _, o := range orders {
+		for _, p := range o.outcomes {
+			fmt.Fprintf(&b, "\n  predicted, %s: %s", o.name, p)
+		}
+	}
+	if len(c.note) > 0 {
+		fmt.Fprintf(&b, "\n  %s", strings.Join(c.note, "; "))
+	}
+	x.t.Fatal(b.String())
+}
+
+// claimedParams is params.n of the run the operation claimed of key; -1
+// when it claimed none.
+func claimedParams(c *exCase, key string) int {
+	out := -1
+	for _, r := range c.claimed {
+		if r.Key == key {
+			n, _ := r.Params.Document().Lookup("n").AsInt64OK()
+			out = int(n)
+		}
+	}
+	return out
+}
+
+// stands says the action named applied, and no action applied after it
+// ended its promises.
+func stands(actions []exploreAction, name string, c *exCase) bool {
+	i := slices.IndexFunc(actions, func(a exploreAction) bool { return a.name == name })
+	if i < 0 || !c.applied[name] {
+		return false
+	}
+	return !slices.ContainsFunc(actions[i+1:], func(a exploreAction) bool { return c.applied[a.name] && slices.Contains(a.undoes, name) })
 }
 
 // sample runs depth-2 cases: two actions at one boundary.

@@ -112,27 +112,6 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.elapsed += d
 }
 
-// mTask is the reference model of a task.
-type mTask struct {
-	conc, maxFailed int
-	distinct, plan  bool
-	status          mscheduler.Status
-	succ, failed    int
-	holders         map[string]mHold // by worker
-	paused          bool
-	doneBy          map[string]bool
-}
-
-type mHold struct {
-	run   string
-	lease time.Time
-}
-
-func (t *mTask) free() int { return t.conc - len(t.holders) - t.succ }
-
-// finishedForGood is when retention may delete the task.
-func (t *mTask) finishedForGood() bool { return t.status.Final() && len(t.holders) == 0 }
-
 // mEnded is a run the sequence ended, or a sweep expired.
 type mEnded struct {
 	key     string
@@ -294,8 +273,7 @@ func (m *machine) publish(rt *rapid.T) {
 		m.fail(rt, "publish %s: outcome %s, the model says %s (task %+v)", key, res.Outcome, want, mt)
 	}
 	if want != mscheduler.PublishUnchanged {
-		m.tasks[key] = &mTask{conc: task.Concurrency, maxFailed: task.MaxFailedRuns, distinct: task.DistinctWorkers, plan: plan,
-			status: mscheduler.StatusPending, holders: map[string]mHold{}, doneBy: map[string]bool{}}
+		m.tasks[key] = publishedTask(task)
 	}
 }
 
@@ -303,10 +281,8 @@ func (m *machine) publish(rt *rapid.T) {
 func (m *machine) eligible(w string) []string {
 	var out []string
 	for key, t := range m.tasks {
-		if !t.plan && t.status.Claimable() && t.free() > 0 && !t.paused && !(t.distinct && t.doneBy[w]) {
-			if _, held := t.holders[w]; !held {
-				out = append(out, key)
-			}
+		if !t.plan && t.claimableBy(w) {
+			out = append(out, key)
 		}
 	}
 	sort.Strings(out)
@@ -326,10 +302,7 @@ func (m *machine) claimed(rt *rapid.T, w string, r mscheduler.WorkerRun, eligibl
 	if !t.plan && !slices.Contains(eligible, r.Key) {
 		m.fail(rt, "%s claimed %s, which the model says it may not (task %+v, eligible %v)", w, r.Key, t, eligible)
 	}
-	t.holders[w] = mHold{run: r.RunID, lease: r.Lease}
-	if t.status == mscheduler.StatusPending {
-		t.status = mscheduler.StatusRunning
-	}
+	t.claim(w, mHold{run: r.RunID, lease: r.Lease})
 }
 
 func (m *machine) claim(rt *rapid.T) {
@@ -450,37 +423,8 @@ func (m *machine) endResult(rt *rapid.T, w string, r mscheduler.WorkerRun, outco
 	case !held && !errors.Is(err, mscheduler.ErrLeaseLost):
 		m.fail(rt, "end of run %s of %s by %s: %v, want ErrLeaseLost: the model says its slot was taken", r.RunID, r.Key, w, err)
 	case held:
-		m.endRun(r.Key, w, outcome)
+		m.tasks[r.Key].end(w, outcome)
 		m.ended[r.RunID] = mEnded{key: r.Key, outcome: outcome, at: m.now()}
-	}
-}
-
-// endRun applies a run's end to the model, as the package documentation
-// of the run end says.
-func (m *machine) endRun(key, w string, outcome mscheduler.Outcome) {
-	t := m.tasks[key]
-	delete(t.holders, w)
-	counted := outcome == mscheduler.OutcomeFailed || outcome == mscheduler.OutcomeExpired
-	switch {
-	case outcome == mscheduler.OutcomeSucceeded:
-		t.succ++
-		if t.distinct {
-			t.doneBy[w] = true
-		}
-	case counted:
-		t.failed++
-	}
-	if t.status != mscheduler.StatusRunning || t.plan {
-		return // a plan is followed from the stored task
-	}
-	last := len(t.holders) == 0
-	switch {
-	case last && t.free() <= 0:
-		t.status = mscheduler.StatusSucceeded
-	case counted && t.failed >= t.maxFailed:
-		t.status = mscheduler.StatusFailed
-	case last:
-		t.status = mscheduler.StatusPending
 	}
 }
 
@@ -546,11 +490,9 @@ func (m *machine) sweep(rt *rapid.T) {
 	}
 	for _, key := range slices.Sorted(maps.Keys(m.tasks)) {
 		t := m.tasks[key]
-		for _, hw := range slices.Sorted(maps.Keys(t.holders)) {
-			if h := t.holders[hw]; h.lease.Before(now) {
-				m.endRun(key, hw, mscheduler.OutcomeExpired)
-				m.ended[h.run] = mEnded{key: key, outcome: mscheduler.OutcomeExpired, at: now}
-			}
+		for _, hw := range t.lapsed(now) {
+			m.ended[t.holders[hw].run] = mEnded{key: key, outcome: mscheduler.OutcomeExpired, at: now}
+			t.end(hw, mscheduler.OutcomeExpired)
 		}
 	}
 }
@@ -584,8 +526,8 @@ func (m *machine) cancel(rt *rapid.T) {
 	key := drawKey(rt)
 	m.step(rt, "cancel %s", key)
 	t := m.task(key)
-	if m.action(rt, "cancel", key, !t.status.Final(), func() error { return m.prod.Cancel(m.ctx, key) }) {
-		t.status = mscheduler.StatusCancelled
+	if m.action(rt, "cancel", key, t.canCancel(), func() error { return m.prod.Cancel(m.ctx, key) }) {
+		t.cancel()
 	}
 }
 
@@ -593,13 +535,8 @@ func (m *machine) retry(rt *rapid.T) {
 	key := drawKey(rt)
 	m.step(rt, "retry %s", key)
 	t := m.task(key)
-	retryable := t.status == mscheduler.StatusFailed || t.status == mscheduler.StatusCancelled || t.status == mscheduler.StatusInvalid
-	allowed := retryable && !(t.free() <= 0 && len(t.holders) == 0)
-	if m.action(rt, "retry", key, allowed, func() error { return m.prod.Retry(m.ctx, key) }) {
-		t.failed, t.status = 0, mscheduler.StatusPending
-		if len(t.holders) > 0 {
-			t.status = mscheduler.StatusRunning
-		}
+	if m.action(rt, "retry", key, t.canRetry(), func() error { return m.prod.Retry(m.ctx, key) }) {
+		t.retry()
 	}
 }
 
@@ -607,7 +544,7 @@ func (m *machine) runNow(rt *rapid.T) {
 	key := drawKey(rt)
 	m.step(rt, "run now %s", key)
 	t := m.task(key)
-	m.action(rt, "run now", key, t.status == mscheduler.StatusPending && !t.paused, func() error { return m.prod.RunNow(m.ctx, key) })
+	m.action(rt, "run now", key, t.canRunNow(), func() error { return m.prod.RunNow(m.ctx, key) })
 }
 
 func (m *machine) pause(rt *rapid.T) {
@@ -622,7 +559,7 @@ func (m *machine) resume(rt *rapid.T) {
 	key := drawKey(rt)
 	m.step(rt, "resume %s", key)
 	t := m.task(key)
-	if m.action(rt, "resume", key, t.paused, func() error { return m.prod.Resume(m.ctx, key) }) {
+	if m.action(rt, "resume", key, t.canResume(), func() error { return m.prod.Resume(m.ctx, key) }) {
 		t.paused = false
 	}
 }
@@ -632,22 +569,8 @@ func (m *machine) resize(rt *rapid.T) {
 	conc := rapid.IntRange(1, 3).Draw(rt, "concurrency")
 	m.step(rt, "resize %s to %d", key, conc)
 	t := m.task(key)
-	allowed := true
-	if t.plan && conc != t.conc && (conc < t.succ || conc == t.succ && len(t.holders) == 0) {
-		allowed = false
-	}
-	if !m.action(rt, "resize", key, allowed, func() error { return m.prod.Update(m.ctx, key, mscheduler.TaskUpdate{Concurrency: &conc}) }) {
-		return
-	}
-	t.conc = conc
-	if t.plan || len(t.holders) > 0 {
-		return
-	}
-	switch {
-	case t.status == mscheduler.StatusSucceeded && t.free() > 0:
-		t.status = mscheduler.StatusPending
-	case t.status == mscheduler.StatusPending && t.free() <= 0:
-		t.status = mscheduler.StatusSucceeded
+	if m.action(rt, "resize", key, t.canResize(conc), func() error { return m.prod.Update(m.ctx, key, mscheduler.TaskUpdate{Concurrency: &conc}) }) {
+		t.resize(conc)
 	}
 }
 
@@ -680,7 +603,7 @@ func (m *machine) delete(rt *rapid.T) {
 	key := drawKey(rt)
 	m.step(rt, "delete %s", key)
 	t := m.task(key)
-	if m.action(rt, "delete", key, len(t.holders) == 0, func() error { return m.prod.Delete(m.ctx, key, nil) }) {
+	if m.action(rt, "delete", key, t.canDelete(), func() error { return m.prod.Delete(m.ctx, key, nil) }) {
 		delete(m.tasks, key)
 	}
 }
