@@ -245,3 +245,37 @@ func TestClaimAsReadRunsNoStaleParams(t *testing.T) {
 		t.Fatalf("the handler ran with params %v, want [2]: the update landed before the claim", seen)
 	}
 }
+
+// TestClaimAsReadThatMissesLooksAgain: a batch claim is fenced on its
+// task as read; the task's params are edited by hand between that read and
+// the claim's write, so the write misses a task that is still claimable.
+// The pass reads the candidates again and claims it, rather than leave it
+// to the next poll (an hour away here).
+func TestClaimAsReadThatMissesLooksAgain(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: "k", Params: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	proxy, held := heldCollection(t, coll, false)
+	claim := proxy.Hold(mschedulertest.BeforeSend, mschedulertest.Updating(coll.Name(), "holders.w1"))
+	ev := mschedulertest.NewEvents()
+	got := make(chan int, 2)
+	cfg := fastConfig("w1", ev)
+	cfg.PollInterval = time.Hour
+	startConsumer(t, held, func(_ context.Context, task *mscheduler.Task[int]) (int, error) {
+		got <- task.Params
+		return 0, nil
+	}, cfg)
+	waitHeld(t, claim, "the batch claim's write")
+	editTask(t, coll, "k", bson.D{{Key: "$set", Value: bson.D{{Key: "params", Value: 2}}}})
+	claim.Release()
+	select {
+	case params := <-got:
+		if params != 2 {
+			t.Fatalf("the handler ran with params %d, want 2", params)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("the task whose claim missed was not claimed again before the next poll")
+	}
+}

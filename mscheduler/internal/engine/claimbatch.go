@@ -191,9 +191,25 @@ func (c *Engine) claimBatch(ctx context.Context, st *claimState, k int) ([]claim
 		won = append(won, c.claimEachAlone(ctx, st, rest)...)
 	}
 	// A statement that matched nothing lost its task to another worker, or
-	// to a change that made it not claimable by this one: either way, not
-	// claimable now.
+	// to a change that made it not claimable by this one; but one fenced
+	// on its task as read also misses a task that is still claimable and
+	// merely changed since the read (a params edit, a run now, a pause
+	// and resume): the candidates did not run out, and the pass reads
+	// them again rather than leave that task to the next poll.
+	if missedAsRead(chosen, runIDs, won) {
+		tried, st.missedAsRead = false, true
+	}
 	return won, tried, nil
+}
+
+// missedAsRead says a statement fenced on its task as read won nothing.
+func missedAsRead(chosen []claimchoice.Candidate, runIDs []string, won []claimed) bool {
+	for _, i := range notWon(runIDs, won) {
+		if chosen[i].Exact {
+			return true
+		}
+	}
+	return false
 }
 
 // chooseCandidates reads candidates and chooses k of them, keeping the

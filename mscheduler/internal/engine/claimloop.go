@@ -90,6 +90,9 @@ type claimState struct {
 	workFound   bool // a claim found work waiting before
 	peersLooked bool // lookAtPeers looked already
 	lostTasks   bool // the last claim lost tasks to other consumers
+	// missedAsRead says a claim of the pass fenced on its task as read
+	// missed: the task may still be claimable (see claimBatch).
+	missedAsRead bool
 	// peers is how many consumers of the collection were alive at the
 	// last announce, this one included, and rank this one's place among
 	// them (see spreadOut, claimchoice.Choose): the view taken at the
@@ -169,7 +172,7 @@ func (c *Engine) claimAvailable(ctx context.Context, st *claimState) {
 	}
 	// At least one claim per pass, so that sweeps never starve claims.
 	wonAny := false
-	st.spares.Missed = false
+	st.spares.Missed, st.missedAsRead = false, false
 	for n := 0; n < c.cfg.Capacity && ctx.Err() == nil; {
 		want := min(c.cfg.ClaimBatchMax, c.cfg.Capacity-n)
 		if !c.cfg.TargetedClaims && (!st.backlog || want < minBatchClaim && !c.sparesServe(st, want)) {
@@ -227,8 +230,11 @@ func (c *Engine) claimAvailable(ctx context.Context, st *claimState) {
 	// once, unless it won nothing (its statements all lost their tasks to
 	// other workers): then at the next poll, not in a loop. A claim from
 	// spares that missed comes back at once too, to read afresh (the
-	// spares are gone, so this does not loop either).
-	if wonAny || st.spares.Missed {
+	// spares are gone, so this does not loop either), and so does a claim
+	// fenced as read that missed a task changed since its read: only
+	// another change of that task between the next read and its claim
+	// would miss again.
+	if wonAny || st.spares.Missed || st.missedAsRead {
 		c.wake()
 	}
 }
