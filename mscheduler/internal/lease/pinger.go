@@ -294,8 +294,10 @@ func (p *Pinger) tick(ctx context.Context) time.Time {
 		return next
 	}
 	var batch []*Run
-	for _, r := range append(due, soon...) {
-		if p.behind(r, now) && p.inflight < pingParallelism {
+	pinged := append(due, soon...)
+	most := longestLeaseLeft(pinged, now)
+	for _, r := range pinged {
+		if behind(r, now, most) && p.inflight < pingParallelism {
 			p.send(ctx, []*Run{r}, now)
 			continue
 		}
@@ -311,16 +313,27 @@ func (p *Pinger) tick(ctx context.Context) time.Time {
 	return next
 }
 
-// behind says a run's last renewal failed, or less than half its lease is
-// left: it is pinged alone, for a batch gives up at the earliest lease in
-// it, and this one would cut short the pings of the others. A renewal
-// that went as pings go leaves far more: first counted from the interval
-// (less than the lease less one and a half intervals), every run of a
-// server answering in more than one and a half intervals looked behind,
-// and so did runs whose ping met one slow round trip on a busy machine;
-// each was pinged alone, a command each, just when the server was slow.
-func (p *Pinger) behind(r *Run, now time.Time) bool {
-	return r.failures > 0 || r.Lease().Sub(now) < r.WorkerTimeout/2
+// behind says a run's last renewal failed, or it has less than half the
+// lease left of the run with most among those pinged now: it is pinged
+// alone, for a batch gives up at the earliest lease in it, and this one
+// would cut short the pings of the others. Runs short of lease all alike
+// (a server answering in a good part of the lease) gain nothing apart and
+// are batched. First counted from the interval alone (less than the lease
+// less one and a half intervals), every run of a server answering in
+// more than one and a half intervals looked behind, and so did runs whose
+// ping met one slow round trip on a busy machine: each was pinged alone, a
+// command each, just when the server was slow.
+func behind(r *Run, now time.Time, most time.Duration) bool {
+	return r.failures > 0 || r.Lease().Sub(now) < most/2
+}
+
+// longestLeaseLeft is the most lease left among runs at now.
+func longestLeaseLeft(runs []*Run, now time.Time) time.Duration {
+	var most time.Duration
+	for _, r := range runs {
+		most = max(most, r.Lease().Sub(now))
+	}
+	return most
 }
 
 // interval is how often a run is pinged: at its PingInterval, or at twice

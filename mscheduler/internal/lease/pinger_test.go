@@ -159,11 +159,10 @@ func TestLapsedEndIsTriedForOneMoreLease(t *testing.T) {
 }
 
 // A run renewed as pings go now is batched, however slow they are; a run
-// whose last ping failed, or that missed renewals, is pinged alone. With
-// the interval alone as the measure, every run of a server answering in
-// more than one and a half intervals was pinged alone.
+// whose last ping failed, or with less than half the lease of the run with
+// most among those pinged, is pinged alone. Runs all short of lease alike
+// are batched: apart, they would gain nothing.
 func TestOnlyRunsBehindArePingedAlone(t *testing.T) {
-	p := &Pinger{peak: 300 * time.Millisecond, latency: 250 * time.Millisecond}
 	now := time.Unix(1000, 0)
 	run := func(leaseLeft time.Duration, failures int) *Run {
 		r := &Run{Key: "k", RunID: "r", PingInterval: 100 * time.Millisecond, WorkerTimeout: 2 * time.Second, failures: failures}
@@ -174,15 +173,16 @@ func TestOnlyRunsBehindArePingedAlone(t *testing.T) {
 		name      string
 		leaseLeft time.Duration
 		failures  int
+		most      time.Duration
 		want      bool
 	}{
-		{"renewed by a ping of 300 ms", 1700 * time.Millisecond, 0, false},
-		{"renewed by a ping of one interval", 1900 * time.Millisecond, 0, false},
-		{"its last ping failed", 1900 * time.Millisecond, 1, true},
-		{"renewed by a ping that met a round trip of 900 ms", 1100 * time.Millisecond, 0, false},
-		{"missed renewals", 900 * time.Millisecond, 0, true},
+		{"renewed by a ping of 300 ms", 1700 * time.Millisecond, 0, 1900 * time.Millisecond, false},
+		{"renewed by a ping of one interval", 1900 * time.Millisecond, 0, 1900 * time.Millisecond, false},
+		{"its last ping failed", 1900 * time.Millisecond, 1, 1900 * time.Millisecond, true},
+		{"missed renewals", 900 * time.Millisecond, 0, 1900 * time.Millisecond, true},
+		{"every run short alike on a slow server", 700 * time.Millisecond, 0, 800 * time.Millisecond, false},
 	} {
-		if got := p.behind(run(c.leaseLeft, c.failures), now); got != c.want {
+		if got := behind(run(c.leaseLeft, c.failures), now, c.most); got != c.want {
 			t.Errorf("%s: behind = %v, want %v", c.name, got, c.want)
 		}
 	}
