@@ -298,7 +298,7 @@ func TestGrowingDelayThrottlesThenRecovers(t *testing.T) {
 	startConsumer(t, coll, handler, rescue)
 	<-time.After(3 * time.Second) // the slowed worker's runs lapse meanwhile
 	delay.set(0)
-	waitUntil(t, 2*time.Minute, "every task done", func() bool {
+	waitUntil(t, waitTimeout, "every task done", func() bool {
 		n, err := coll.CountDocuments(ctxT(t), bson.D{{Key: "status", Value: "succeeded"}})
 		return err == nil && n == int64(len(keys))
 	})
