@@ -64,6 +64,9 @@ func indexesOf(ctx context.Context, coll *mongo.Collection) ([]mongo.IndexSpecif
 // hasIndex says have holds an index of m's name on m's keys. One of that
 // name on other keys is not it: creating m then fails, and says so.
 func hasIndex(have []mongo.IndexSpecification, m mongo.IndexModel) bool {
+	if m.Options == nil {
+		return false // no name to look for: created, as before
+	}
 	var opts options.IndexOptions
 	for _, set := range m.Options.List() {
 		_ = set(&opts)
