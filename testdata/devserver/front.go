@@ -41,6 +41,14 @@ type front struct {
 	// exchangeMu is held from writing a request to the backend until its reply has been read.
 	exchangeMu sync.Mutex
 
+	// streams serves change streams; nil when they are off, and then the front passes
+	// $changeStream on to FerretDB, which refuses it.
+	streams *streams
+	// reader is the front's own backend connection, for the streams' reads; used under exchangeMu.
+	reader backendClient
+	// stopStreams ends the streams' service when serve returns.
+	stopStreams context.CancelFunc
+
 	wg sync.WaitGroup // one per connection handler
 
 	connsMu sync.Mutex
@@ -48,12 +56,18 @@ type front struct {
 	closed  bool                  // set on shutdown; no new connection may be tracked after it
 }
 
-func newFront(backendAddr string, logger *slog.Logger) *front {
-	return &front{
+// newFront returns a front before backendAddr; with streams nil, it serves no change streams.
+func newFront(backendAddr string, logger *slog.Logger, streams *streamConfig) *front {
+	f := &front{
 		backendAddr: backendAddr,
 		logger:      logger,
 		conns:       make(map[net.Conn]struct{}),
 	}
+	f.reader.f = f
+	if streams != nil {
+		f.streams = newStreams(*streams, &f.exchangeMu, logger)
+	}
+	return f
 }
 
 // serve accepts client connections on ln until ctx is done or accepting fails for good.
@@ -63,10 +77,19 @@ func (f *front) serve(ctx context.Context, ln net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
 	defer stop()
 
+	if f.streams != nil {
+		streamsCtx, stopStreams := context.WithCancel(ctx)
+		f.stopStreams = stopStreams
+		f.wg.Go(func() { f.streams.run(streamsCtx) })
+	}
+
 	err := f.acceptLoop(ctx, ln)
 
 	_ = ln.Close()
 	f.closeAll()
+	if f.stopStreams != nil {
+		f.stopStreams() // a getMore waiting for events returns at once
+	}
 	f.wg.Wait()
 
 	return err
@@ -179,7 +202,7 @@ func (f *front) relay(client, backend net.Conn) error {
 			return fmt.Errorf("read request: %w", err)
 		}
 
-		replies, err := f.exchange(backend, backendR, req)
+		replies, err := f.answer(backend, backendR, req)
 		if err != nil {
 			return err
 		}
@@ -193,11 +216,31 @@ func (f *front) relay(client, backend net.Conn) error {
 	}
 }
 
+// answer returns the replies to req: from the change streams when req is theirs (they take
+// the lock only to open a stream, never to wait for events), else from the backend.
+func (f *front) answer(backend net.Conn, backendR *bufio.Reader, req []byte) ([][]byte, error) {
+	if f.streams != nil {
+		if reply, ok := f.streams.answer(req); ok {
+			if reply == nil {
+				return nil, nil
+			}
+			return [][]byte{reply}, nil
+		}
+	}
+	return f.exchange(backend, backendR, req)
+}
+
 // exchange sends req to the backend and reads what the backend answers to it, holding the one
 // global lock for the whole round trip. It returns the replies to pass on to the client.
 func (f *front) exchange(backend net.Conn, backendR *bufio.Reader, req []byte) ([][]byte, error) {
 	f.exchangeMu.Lock()
 	defer f.exchangeMu.Unlock()
+
+	// A write that a change stream covers is read before and after, under the same lock.
+	write := f.streams.watch(req)
+	if write != nil {
+		write.beforeErr = write.before(&f.reader)
+	}
 
 	if _, err := backend.Write(req); err != nil {
 		return nil, fmt.Errorf("write request: %w", err)
@@ -206,6 +249,10 @@ func (f *front) exchange(backend net.Conn, backendR *bufio.Reader, req []byte) (
 	reply, err := readMessage(backendR)
 	if err != nil {
 		return nil, fmt.Errorf("read reply: %w", err)
+	}
+
+	if write != nil {
+		f.streams.record(write, reply, &f.reader)
 	}
 
 	// A client that sets moreToCome (an unacknowledged write) expects no reply. FerretDB 1.24

@@ -97,7 +97,7 @@ func startFront(t *testing.T, backend *fakeBackend) string {
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	f := newFront(backend.ln.Addr().String(), slog.New(slog.NewTextHandler(t.Output(), nil)))
+	f := newFront(backend.ln.Addr().String(), slog.New(slog.NewTextHandler(t.Output(), nil)), nil)
 	served := make(chan error, 1)
 	go func() { served <- f.serve(ctx, ln) }()
 

@@ -4,13 +4,15 @@
 //
 // Usage:
 //
-//	devserver -dir DATA [-listen 127.0.0.1:27017] [-handler sqlite|postgresql -postgresql-url URL] [-log-level error]
+//	devserver -dir DATA [-listen 127.0.0.1:27017] [-handler sqlite|postgresql -postgresql-url URL]
+//	          [-no-change-streams] [-change-stream-history N] [-log-level error]
 //
 // Once the server answers a ping it prints exactly one line to stdout,
 //
 //	devserver listening on mongodb://127.0.0.1:PORT/
 //
-// and serves until SIGINT or SIGTERM. Logs go to stderr: the front's warnings and errors, and
+// and serves until SIGINT or SIGTERM. The front also emulates change streams, which FerretDB
+// lacks (see README.md); -no-change-streams turns them off. Logs go to stderr: the front's warnings and errors, and
 // FerretDB's errors only (see -log-level).
 //
 // This is a module of its own so that the library's go.mod never depends on FerretDB.
@@ -52,6 +54,9 @@ type config struct {
 	handler       string
 	postgreSQLURL string
 	logLevel      slog.Level // FerretDB's; the front always logs warnings
+
+	noChangeStreams bool // serve no change streams: $changeStream fails as on bare FerretDB
+	streams         streamConfig
 }
 
 func main() {
@@ -81,6 +86,10 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.dir, "dir", "", "data `directory` (required; created if missing)")
 	fs.StringVar(&cfg.handler, "handler", "sqlite", "FerretDB storage: sqlite or postgresql")
 	fs.StringVar(&cfg.postgreSQLURL, "postgresql-url", "", "PostgreSQL `URL` for -handler postgresql")
+	fs.BoolVar(&cfg.noChangeStreams, "no-change-streams", false, "serve no change streams ($changeStream fails, as on a standalone server)")
+	cfg.streams = defaultStreamConfig()
+	fs.IntVar(&cfg.streams.historySize, "change-stream-history", cfg.streams.historySize,
+		"how many `changes` the change streams keep for resuming; older tokens fail with ChangeStreamHistoryLost")
 
 	// FerretDB logs every failed command at warn level with the whole message, including the
 	// endSessions (CommandNotFound) that every driver sends on disconnect, so errors only by
@@ -98,6 +107,10 @@ func parseFlags(args []string) (config, error) {
 
 	if cfg.dir == "" {
 		return cfg, errors.New("-dir is required")
+	}
+
+	if cfg.streams.historySize < 1 {
+		return cfg, fmt.Errorf("-change-stream-history must be at least 1, not %d", cfg.streams.historySize)
 	}
 
 	switch cfg.handler {
@@ -147,7 +160,11 @@ func run(ctx context.Context, cfg config, stdout io.Writer) error {
 	frontCtx, stopFront := context.WithCancel(ctx)
 	defer stopFront()
 
-	f := newFront(backendURI.Host, logger)
+	var streams *streamConfig
+	if !cfg.noChangeStreams {
+		streams = &cfg.streams
+	}
+	f := newFront(backendURI.Host, logger, streams)
 	served := make(chan error, 1)
 	go func() { served <- f.serve(frontCtx, ln) }()
 

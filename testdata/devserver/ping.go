@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"net"
 
-	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // ping sends {ping: 1, $db: "admin"} as an OP_MSG to addr and checks that the answer is ok.
