@@ -3,7 +3,8 @@
 //
 // The server is testdata/devserver: FerretDB v1.24 with SQLite storage behind a front that
 // forwards one command at a time, so single-document writes are atomic as on MongoDB (bare
-// FerretDB 1.24 is not). It lives in a module of its own so that the library never depends on
+// FerretDB 1.24 is not), and that emulates change streams (Options.NoChangeStreams turns them
+// off). It lives in a module of its own so that the library never depends on
 // FerretDB; Start builds it with the go command on first use (a minute or two, and the FerretDB
 // modules come from the Go module proxy) and caches the binary per source version.
 //
@@ -55,6 +56,10 @@ type Options struct {
 	// it stays fast with thousands of documents. Defaults to $MSCHEDULER_DEV_POSTGRESQL_URL;
 	// empty means SQLite.
 	PostgreSQLURL string
+	// NoChangeStreams starts the server without its emulated change streams: $changeStream then
+	// fails as on a standalone MongoDB server, so that the polling path can be tested. Defaults
+	// to true when $MSCHEDULER_DEV_NO_CHANGE_STREAMS is set to a non-empty value other than "0".
+	NoChangeStreams bool
 	// Progress, when set, hears what Start is doing while it makes the caller wait, one
 	// sentence per call: when it builds the server (the first Start for a version of its
 	// sources takes a minute or two), and when the build is done.
@@ -65,6 +70,11 @@ type Options struct {
 // default, so that tests, examples and the benchmark run on PostgreSQL unchanged.
 const EnvPostgreSQLURL = "MSCHEDULER_DEV_POSTGRESQL_URL"
 
+// EnvNoChangeStreams names the environment variable that gives Options.NoChangeStreams its
+// default, so that a whole test run (CI runs both) can take the path of servers without change
+// streams.
+const EnvNoChangeStreams = "MSCHEDULER_DEV_NO_CHANGE_STREAMS"
+
 // Server is a running development server.
 type Server struct {
 	cmd       *exec.Cmd
@@ -74,6 +84,7 @@ type Server struct {
 	removeDir bool // Dir was made by Start, so Stop removes it
 
 	postgreSQLURL string // empty: SQLite in dir
+	noStreams     bool
 
 	stderr *tailBuffer
 
@@ -104,7 +115,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 
-	s := &Server{addr: opts.Addr, dir: opts.Dir, postgreSQLURL: cmp.Or(opts.PostgreSQLURL, os.Getenv(EnvPostgreSQLURL))}
+	s := &Server{
+		addr: opts.Addr, dir: opts.Dir,
+		postgreSQLURL: cmp.Or(opts.PostgreSQLURL, os.Getenv(EnvPostgreSQLURL)),
+		noStreams:     opts.NoChangeStreams || envSet(EnvNoChangeStreams),
+	}
 	if s.addr == "" {
 		s.addr = "127.0.0.1:0"
 	}
@@ -140,6 +155,15 @@ func (s *Server) Storage() string {
 	return "sqlite"
 }
 
+// ChangeStreams says whether the server serves change streams.
+func (s *Server) ChangeStreams() bool { return !s.noStreams }
+
+// envSet says whether an on/off environment variable is on: set, and neither empty nor "0".
+func envSet(name string) bool {
+	v := os.Getenv(name)
+	return v != "" && v != "0"
+}
+
 // Dir returns the data directory.
 func (s *Server) Dir() string { return s.dir }
 
@@ -156,6 +180,9 @@ func (s *Server) start(ctx context.Context, bin string, stderr io.Writer) error 
 	args := []string{"-listen", s.addr, "-dir", s.dir}
 	if s.postgreSQLURL != "" {
 		args = append(args, "-handler", "postgresql", "-postgresql-url", s.postgreSQLURL)
+	}
+	if s.noStreams {
+		args = append(args, "-no-change-streams")
 	}
 	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout = ready

@@ -376,3 +376,45 @@ func Example() {
 
 	fmt.Println(client.Ping(ctx, nil))
 }
+
+// TestChangeStreamsSwitch: the server serves change streams unless Options.NoChangeStreams or
+// MSCHEDULER_DEV_NO_CHANGE_STREAMS says not to; then $changeStream fails as on a standalone
+// server. Not parallel: it sets the environment.
+func TestChangeStreamsSwitch(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		env     string
+		opts    devserver.Options
+		streams bool
+	}{
+		{"default", "", devserver.Options{}, true},
+		{"env 0", "0", devserver.Options{}, true},
+		{"option", "", devserver.Options{NoChangeStreams: true}, false},
+		{"env", "1", devserver.Options{}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv(devserver.EnvNoChangeStreams, c.env)
+			s := startServer(t, c.opts)
+			if s.ChangeStreams() != c.streams {
+				t.Errorf("ChangeStreams() = %v, want %v", s.ChangeStreams(), c.streams)
+			}
+			coll := connect(t, s.URI()).Database(mschedulertest.Name(t)).Collection("streams")
+			cs, err := coll.Watch(t.Context(), mongo.Pipeline{})
+			if got := err == nil; got != c.streams {
+				t.Fatalf("watch: %v; want a stream: %v", err, c.streams)
+			}
+			if err != nil {
+				return
+			}
+			defer cs.Close(context.Background())
+			if _, err := coll.InsertOne(t.Context(), bson.D{{Key: "n", Value: 1}}); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			if !cs.Next(ctx) {
+				t.Fatalf("no event for an insert: %v", cs.Err())
+			}
+		})
+	}
+}
