@@ -55,5 +55,5 @@
 // Every query uses plain operators (no $expr, no aggregation updates, no
 // transactions), served by the indexes [EnsureIndexes] creates on MongoDB 5.0
 // or later. The same queries run on the development server shipped under
-// testdata/devserver (FerretDB), which has no change streams.
+// testdata/devserver (FerretDB), whose change streams are emulated.
 package mscheduler

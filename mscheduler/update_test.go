@@ -127,7 +127,7 @@ func TestRaisedConcurrencyWakesWaitingWorker(t *testing.T) {
 // producer on another client, which only a change stream can carry.
 func TestRaisedConcurrencyWakesWorkerOfAnotherProcess(t *testing.T) {
 	if !mschedulertest.HasChangeStreams(ctxT(t), mschedulertest.Collection(t)) {
-		t.Skip("this server has no change streams; waking another process's worker on a change needs a replica set (set MONGODB_URI)")
+		t.Skip("this server has no change streams; waking another process's worker on a change needs a replica set or the development server's emulated streams (MSCHEDULER_DEV_NO_CHANGE_STREAMS unset)")
 	}
 	testRaiseWakes(t, false, mscheduler.DiscoveryChangeStream)
 }

@@ -153,7 +153,7 @@ func run() error {
 	}()
 	for _, id := range []string{"worker-a", "worker-b"} {
 		// The default 1 s poll would start runs up to a second late on a
-		// server without change streams, such as the development server.
+		// server without change streams, such as a standalone server.
 		c, err := mscheduler.NewConsumer(coll, handle, &mscheduler.ConsumerConfig{
 			WorkerID: id, Capacity: 2, PollInterval: 100 * time.Millisecond, Logger: logger})
 		if err != nil {

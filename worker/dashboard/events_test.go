@@ -364,7 +364,7 @@ func openEvents(t *testing.T, client *http.Client, url, token string) (*http.Res
 }
 
 // TestEventsOnTheServer: a page connected to a dashboard on the test server
-// gets change events (from the change stream, or on the development server
+// gets change events (from the change stream, or on a server without them
 // from the 2 s tick, the server's lack of change streams found once), at
 // most one per window; when the page goes away, its stream ends and the
 // hub's goroutines stop.
@@ -514,7 +514,7 @@ func TestEventsEndOnShutdown(t *testing.T) {
 func TestEventsFromChangeStream(t *testing.T) {
 	ctx := t.Context()
 	if !mschedulertest.HasChangeStreams(ctx, mschedulertest.Collection(t)) {
-		t.Skip("this server has no change streams (the development server, a standalone server): the stream path needs a replica set (set MONGODB_URI)")
+		t.Skip("this server has no change streams (a standalone server, the development server with MSCHEDULER_DEV_NO_CHANGE_STREAMS set): the stream path needs a replica set or the development server's emulated streams")
 	}
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])

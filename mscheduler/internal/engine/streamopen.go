@@ -9,8 +9,8 @@ import (
 
 // openStream opens the change stream unless Discovery says poll. With
 // DiscoveryAuto, a server without change streams (a standalone server, the
-// development server) means polling; with DiscoveryChangeStream it is an
-// error.
+// development server with MSCHEDULER_DEV_NO_CHANGE_STREAMS set) means
+// polling; with DiscoveryChangeStream it is an error.
 func (c *Engine) openStream(ctx context.Context) (*mongo.ChangeStream, error) {
 	if c.cfg.Discovery == DiscoveryPoll {
 		return nil, nil

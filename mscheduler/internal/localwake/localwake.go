@@ -5,7 +5,7 @@
 // waiters that a run of a task ended, and so does either of them whose
 // write ended a task with no run to end (a cancel, a plan finished at its
 // claim, a task set invalid). A change stream tells other processes too,
-// but without one (a standalone server, the development server) they only
+// but without one (a standalone server) they only
 // find out at their next poll or ping, and a process should not wait for
 // its own poll.
 package localwake
