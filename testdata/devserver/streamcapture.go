@@ -246,12 +246,19 @@ func (c *updateCapture) after(b *backendClient, reply bson.Raw) ([]*change, erro
 	return changes, nil
 }
 
-// filterOf is a statement's filter; none means every document.
+// filterOf is what to read for a statement's filter; none means every document. A filter that
+// names one _id (and maybe more conditions) can change that document at most, so it is read by
+// _id alone, which FerretDB looks up by key where it scans for any other filter; if the other
+// conditions do not match, the read after finds it unchanged and there is no event.
 func filterOf(v bson.RawValue) any {
-	if d, ok := v.DocumentOK(); ok {
-		return d
+	d, ok := v.DocumentOK()
+	if !ok {
+		return bson.D{}
 	}
-	return bson.D{}
+	if id, err := d.LookupErr("_id"); err == nil && !isOperatorDocument(id) && id.Type != bson.TypeRegex && id.Type != bson.TypeArray {
+		return bson.D{{Key: "_id", Value: id}}
+	}
+	return d
 }
 
 type deleteCapture struct {

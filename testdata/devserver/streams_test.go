@@ -140,7 +140,8 @@ func TestStreamEventKinds(t *testing.T) {
 }
 
 // TestStreamFindAndModifyAndMany: findAndModify (update, upsert, remove), an update of many
-// documents, an upsert through update, and an update that changes nothing (no event).
+// documents, an upsert through update, and updates that change nothing or match nothing (no
+// event).
 func TestStreamFindAndModifyAndMany(t *testing.T) {
 	s := startServer(t, testStreams())
 	ctx := t.Context()
@@ -152,7 +153,8 @@ func TestStreamFindAndModifyAndMany(t *testing.T) {
 	if err := coll.FindOneAndUpdate(ctx, bson.D{{Key: "k", Value: "a"}}, set("claimed", true), options.FindOneAndUpdate().SetSort(bson.D{{Key: "p", Value: 1}})).Err(); err != nil {
 		t.Fatal(err)
 	}
-	must(coll.UpdateOne(ctx, id(1), set("k", "a"))) // changes nothing
+	must(coll.UpdateOne(ctx, id(1), set("k", "a")))                                                // changes nothing
+	must(coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: 1}, {Key: "k", Value: "b"}}, set("m", 9))) // matches nothing
 	must(coll.UpdateMany(ctx, bson.D{{Key: "k", Value: "a"}}, set("m", 1)))
 	must(coll.UpdateOne(ctx, id(3), set("k", "b"), options.UpdateOne().SetUpsert(true)))
 	if err := coll.FindOneAndUpdate(ctx, id(4), set("k", "c"), options.FindOneAndUpdate().SetUpsert(true)).Err(); err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
@@ -361,7 +363,7 @@ func TestStreamFullDocuments(t *testing.T) {
 func TestStreamGetMoreWaitsWithoutTheLock(t *testing.T) {
 	s := startServer(t, testStreams())
 	coll := s.db.Collection("c")
-	cs := watch(t, coll, mongo.Pipeline{}, options.ChangeStream().SetMaxAwaitTime(waitTime/2))
+	cs := watch(t, coll, mongo.Pipeline{}, options.ChangeStream().SetMaxAwaitTime(waitTime-5*time.Second))
 	got := make(chan bson.Raw, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitTime)
@@ -377,8 +379,17 @@ func TestStreamGetMoreWaitsWithoutTheLock(t *testing.T) {
 			t.Fatal("no getMore waits")
 		}
 	}
+	// The lock is free while the getMore waits (other commands, the driver's heartbeats, take it
+	// for a moment).
+	for deadline := time.Now().Add(5 * time.Second); !s.front.exchangeMu.TryLock(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a getMore waits for events holding the front's lock")
+		}
+	}
+	s.front.exchangeMu.Unlock()
+	// The write's deadline comes well before the getMore's maxTimeMS.
 	writer := s.connect(t).Database(s.db.Name()).Collection("c")
-	ctx, cancel := context.WithTimeout(t.Context(), waitTime)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	must(writer.InsertOne(ctx, id("w")))
 	if e := <-got; e.Lookup("documentKey", "_id").StringValue() != "w" {
