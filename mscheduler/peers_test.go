@@ -124,6 +124,7 @@ func TestIdleConsumersShareThePollBudget(t *testing.T) {
 		cfg := fastConfig(fmt.Sprintf("w%d", i), mschedulertest.NewEvents())
 		cfg.PollInterval, cfg.SweepInterval, cfg.PollBudget = poll, sweep, budget
 		cfg.MaintenanceInterval, cfg.CheckInterval = time.Second, 20*time.Millisecond
+		cfg.Discovery = mscheduler.DiscoveryPoll // the budget is of polls: a change stream would slow them to ChangeStreamPollInterval
 		consumers[i] = startConsumer(t, dbCollection(client, coll), func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }, cfg)
 	}
 	for i, l := range logs {
