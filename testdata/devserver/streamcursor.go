@@ -82,6 +82,8 @@ func (st *stream) deliver(docs []bson.Raw, size int, event bson.Raw) ([]bson.Raw
 // database stream its database, a cluster stream everything.
 func (st *stream) sees(c *change) bool {
 	switch {
+	case c.op == opGap:
+		return false
 	case st.scope.cluster:
 		return true
 	case st.scope.db != c.db:

@@ -11,9 +11,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// Operation types of the history. opLost is the front's own: a write whose changes it could not
-// read, so that a stream that reaches it fails as one whose history is lost, instead of silently
-// missing events.
+// Operation types of the history. opLost and opGap are the front's own: opLost marks a write whose
+// changes it could not read, so that a stream that reaches it fails as one whose history is lost
+// instead of silently missing events; opGap marks where writes began to be recorded for a scope.
 const (
 	opInsert       = "insert"
 	opUpdate       = "update"
@@ -23,6 +23,7 @@ const (
 	opDropDatabase = "dropDatabase"
 	opInvalidate   = "invalidate"
 	opLost         = "lost"
+	opGap          = "gap" // where a span of recorded writes began; no stream delivers it
 )
 
 // change is one change as the history keeps it: what each stream needs to build its own event.

@@ -172,10 +172,15 @@ func (s *streams) coveredSinceLocked(sc scope, pos uint64, t bson.Timestamp) boo
 func (s *streams) attachLocked(sc scope) {
 	c, ok := s.coverage[sc]
 	if !ok {
+		s.active.Add(1)
+	}
+	if !ok || c.open == 0 && time.Now().After(c.until) { // a span that lapsed does not go on
+		// Writes before the span were not recorded: a mark takes a position of its own, so
+		// that no token from before it counts as covered.
+		s.hist.append([]*change{{op: opGap}})
 		pos, t := s.hist.position()
 		c = &coverage{from: pos, fromTime: t}
 		s.coverage[sc] = c
-		s.active.Add(1)
 	}
 	c.open++
 }

@@ -345,6 +345,11 @@ func TestStreamResumeAfterUnwatchedWrites(t *testing.T) {
 	if _, err := coll.Watch(ctx, mongo.Pipeline{}, options.ChangeStream().SetResumeAfter(token)); !isCode(err, codeChangeStreamHistLost) {
 		t.Fatalf("resume across unwatched writes: %v, want ChangeStreamHistoryLost", err)
 	}
+	// Nor once a new stream covers the collection again: the gap stays.
+	watch(t, coll, mongo.Pipeline{})
+	if _, err := coll.Watch(ctx, mongo.Pipeline{}, options.ChangeStream().SetResumeAfter(token)); !isCode(err, codeChangeStreamHistLost) {
+		t.Fatalf("resume across unwatched writes, with a stream open again: %v, want ChangeStreamHistoryLost", err)
+	}
 }
 
 func TestStreamFullDocuments(t *testing.T) {
