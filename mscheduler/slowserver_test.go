@@ -492,6 +492,8 @@ func TestFirstPingGoesBeforeTheNextClaimCommand(t *testing.T) {
 	cfg := fastConfig("w", ev)
 	cfg.Capacity, cfg.Logger = 1, slog.New(slowPings{})
 	cfg.SweepInterval, cfg.MaintenanceInterval, cfg.CheckInterval = time.Hour, time.Hour, time.Hour
+	// A change stream's getMore would hold the one connection for up to a second at a time.
+	cfg.Discovery = mscheduler.DiscoveryPoll
 	release := make(chan struct{})
 	defer close(release)
 	startConsumer(t, dbCollection(client, coll), holdUntil(release), cfg)
