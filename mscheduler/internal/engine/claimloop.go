@@ -39,7 +39,11 @@ func (c *Engine) claimLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-c.wakeCh:
-			woken = true
+			// Not while the last claim leaves tasks of other shares for a
+			// moment, as for a freed slot below: heldUntil brings the look.
+			// With a change stream every run's end is an event, and each
+			// would read the candidates again before they are passed over.
+			woken = st.heldUntil.IsZero()
 		case <-c.slotFreed:
 			// A freed slot claims: work may be waiting, or have come since
 			// the last look (a look that costs nothing more at low load,
