@@ -242,6 +242,9 @@ func (c *jumpClock) producer() *mscheduler.ProducerConfig {
 }
 func (c *jumpClock) config(cfg *mscheduler.ConsumerConfig) *mscheduler.ConsumerConfig {
 	cfg.Clock, cfg.Monotonic, cfg.ClockSyncInterval = c.now, c.mono, 1000*time.Hour
+	// A jump of this clock fires no timer and changes no document, so
+	// only a poll sees it: as often with a change stream open as without.
+	cfg.ChangeStreamPollInterval = cfg.PollInterval
 	return cfg
 }
 

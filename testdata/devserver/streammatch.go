@@ -12,7 +12,7 @@ import (
 // the operators it knows; compileMatch refuses any other, naming it.
 
 // supportedMatch lists what compileMatch knows, for its errors and the README.
-const supportedMatch = "implicit equality, $eq, $ne, $in, $nin, $gt, $gte, $lt, $lte, $exists, $regex, $not, $and, $or, $nor"
+const supportedMatch = "implicit equality, $eq, $ne, $in, $nin, $gt, $gte, $lt, $lte, $exists, $regex, $not, $and, $or, $nor, and $expr with " + supportedExpr
 
 // matcher reports whether a document matches a compiled filter.
 type matcher func(doc bson.Raw) bool
@@ -51,6 +51,8 @@ func compileMatchElement(key string, v bson.RawValue) (matcher, error) {
 		return compileLogical(key, v)
 	case "$comment":
 		return nil, nil
+	case "$expr":
+		return compileExprMatch(v)
 	}
 	if strings.HasPrefix(key, "$") {
 		return nil, unsupportedOperator(key)

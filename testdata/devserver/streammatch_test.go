@@ -15,7 +15,7 @@ func TestMatchOperators(t *testing.T) {
 		{Key: "f", Value: 2.5},
 		{Key: "null", Value: nil},
 		{Key: "updateDescription", Value: bson.D{{Key: "updatedFields", Value: bson.D{
-			{Key: "free", Value: int64(2)}, {Key: "status", Value: "cancelled"},
+			{Key: "free", Value: int64(2)}, {Key: "status", Value: "cancelled"}, {Key: "plan.started", Value: true},
 		}}}},
 		{Key: "tags", Value: bson.A{"a", "b"}},
 		{Key: "runs", Value: bson.A{bson.D{{Key: "w", Value: "x"}}, bson.D{{Key: "w", Value: "y"}}}},
@@ -66,6 +66,17 @@ func TestMatchOperators(t *testing.T) {
 		{`{"$nor": [{"n": 6}, {"f": 3}]}`, true},
 		{`{"$nor": [{"n": 5}]}`, false},
 		{`{"$or": [{"operationType": {"$in": ["insert", "replace"]}}, {"updateDescription.updatedFields.free": {"$gt": 0}}]}`, true},
+		// A dotted name in updatedFields is one field, which a path does not reach and
+		// $getField does.
+		{`{"updateDescription.updatedFields.plan.started": true}`, false},
+		{`{"$expr": {"$eq": [{"$getField": {"field": {"$literal": "plan.started"}, "input": "$updateDescription.updatedFields"}}, true]}}`, true},
+		{`{"$expr": {"$eq": [{"$getField": {"field": "plan.gone", "input": "$updateDescription.updatedFields"}}, true]}}`, false},
+		{`{"$expr": {"$eq": [{"$getField": {"field": "plan.gone", "input": "$updateDescription.updatedFields"}}, null]}}`, true},
+		{`{"$expr": {"$ne": [{"$getField": "operationType"}, "insert"]}}`, true},
+		{`{"$expr": {"$eq": ["$n", 5]}}`, true},
+		{`{"$expr": {"$eq": ["$updateDescription.updatedFields.free", 3]}}`, false},
+		{`{"$expr": "$null"}`, false},
+		{`{"$expr": {"$literal": 1}}`, true},
 	} {
 		var filter bson.Raw
 		if err := bson.UnmarshalExtJSON([]byte(c.filter), false, &filter); err != nil {
@@ -88,6 +99,24 @@ func TestMatchRefusesUnknownOperators(t *testing.T) {
 		var ce *commandError
 		if !errors.As(err, &ce) || ce.Code != codeNotImplemented || !strings.Contains(ce.Message, op) {
 			t.Errorf("%s: %v, want NotImplemented naming it", op, err)
+		}
+	}
+}
+
+func TestExprRefusesUnknownOperators(t *testing.T) {
+	for _, c := range []struct{ expr, name string }{
+		{`{"$add": [1, 2]}`, "$add"},
+		{`{"$eq": ["$$ROOT", 1]}`, "$$ROOT"},
+		{`{"$eq": [{"a": 1}, 1]}`, "object expression"},
+	} {
+		var expr bson.Raw
+		if err := bson.UnmarshalExtJSON([]byte(c.expr), false, &expr); err != nil {
+			t.Fatal(err)
+		}
+		_, err := compileMatch(must(bson.Marshal(bson.D{{Key: "$expr", Value: expr}})))
+		var ce *commandError
+		if !errors.As(err, &ce) || ce.Code != codeNotImplemented || !strings.Contains(ce.Message, c.name) {
+			t.Errorf("%s: %v, want NotImplemented naming %s", c.expr, err, c.name)
 		}
 	}
 }

@@ -254,7 +254,7 @@ func TestStreamRefusesWhatItDoesNotKnow(t *testing.T) {
 	}{
 		{mongo.Pipeline{{{Key: "$group", Value: bson.D{{Key: "_id", Value: nil}}}}}, "$group"},
 		{mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "a", Value: bson.D{{Key: "$elemMatch", Value: bson.D{}}}}}}}}, "$elemMatch"},
-		{mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "$expr", Value: true}}}}}, "$expr"},
+		{mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "$expr", Value: bson.D{{Key: "$add", Value: bson.A{1, 2}}}}}}}}, "$add"},
 		{mongo.Pipeline{{{Key: "$project", Value: bson.D{{Key: "x", Value: "$y"}}}}}, "$project"},
 	} {
 		_, err := coll.Watch(t.Context(), c.pipeline)

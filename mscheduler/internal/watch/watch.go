@@ -53,8 +53,10 @@ func (s *Stream) Delivering() bool { return s.open.Load() }
 func (s *Stream) Closed() { s.open.Store(false) }
 
 // Pipeline passes only the changes that can make a slot claimable: a new
-// task, a freed slot, a moved run_at, a changed concurrency or status.
-// Pings and claims that leave no slot free do not wake the workers.
+// task, a freed slot, a moved run_at, a changed concurrency or status,
+// and an occurrence of a plan begun by its plan gate (its other slots are
+// claimable from then on). Pings and claims that leave no slot free do not
+// wake the workers.
 func Pipeline() mongo.Pipeline {
 	updated := func(field string) bson.D {
 		return bson.D{{Key: "updateDescription.updatedFields." + field, Value: taskstate.Op("$exists", true)}}
@@ -65,7 +67,20 @@ func Pipeline() mongo.Pipeline {
 		updated(stored.FRunAt),
 		updated(stored.FConcurrency),
 		updated(stored.FStatus),
+		updatedTrue(stored.PStarted),
 	})}}}
+}
+
+// updatedTrue matches an update that set the nested field path to true.
+// updatedFields names it by its dotted path, as one field that a query
+// path cannot reach (it would look for a sub-document): only $getField
+// (MongoDB 5.0) reads such a name.
+func updatedTrue(path string) bson.D {
+	field := bson.D{{Key: "$getField", Value: bson.D{
+		{Key: "field", Value: taskstate.Op("$literal", path)},
+		{Key: "input", Value: "$updateDescription.updatedFields"},
+	}}}
+	return taskstate.Op("$expr", taskstate.Op("$eq", bson.A{field, true}))
 }
 
 // Loop delivers the events of cs until ctx is done. After an error it
