@@ -235,16 +235,22 @@ type PassOver struct {
 }
 
 // sighting is when a candidate was first seen, on the monotonic clock,
-// and whether this consumer is its helper.
+// whether this consumer is its helper, and the wait it was given then.
+// The wait stays as given: measured again at each read (it follows the
+// claims' round trips), it grew on a busy server between the read that
+// held the candidate and the read at the time it was held for, which
+// then held it again, and read once more for nothing.
 type sighting struct {
 	first  time.Time
 	helper bool
+	wait   time.Duration
 }
 
-// see records the contended candidates of other shares in a read at now,
-// keeping when those seen before were first seen, and forgets the rest: a
-// task that left the candidates and came back is new again.
-func (p *PassOver) See(cands []Candidate, peers, rank int, now time.Time) {
+// See records the contended candidates of other shares in a read at now,
+// each new one with wait, keeping when and with what wait those seen
+// before were first seen, and forgets the rest: a task that left the
+// candidates and came back is new again.
+func (p *PassOver) See(cands []Candidate, peers, rank int, now time.Time, wait time.Duration) {
 	seen := make(map[string]sighting, len(p.seen))
 	for _, cd := range cands {
 		if !cd.Contended || peers <= 1 {
@@ -256,36 +262,35 @@ func (p *PassOver) See(cands []Candidate, peers, rank int, now time.Time) {
 		}
 		s, ok := p.seen[cd.Key]
 		if !ok {
-			s = sighting{first: now, helper: helperOfHash(h, peers) == rank}
+			s = sighting{first: now, helper: helperOfHash(h, peers) == rank, wait: wait}
 		}
 		seen[cd.Key] = s
 	}
 	p.seen = seen
 }
 
-// passed says this consumer may take cd, a candidate of the last read, at
-// now: it does not wait for it, or cd was first seen at least wait before
-// and this consumer is its helper, or twice wait before (its helper may be
-// busy or gone too).
-func (p *PassOver) Passed(cd Candidate, now time.Time, wait time.Duration) bool {
+// Passed says this consumer may take cd, a candidate of the last read, at
+// now: it does not wait for it, or cd was first seen at least its wait
+// before (twice that unless this consumer is its helper).
+func (p *PassOver) Passed(cd Candidate, now time.Time) bool {
 	s, ok := p.seen[cd.Key]
-	return !ok || now.Sub(s.first) >= s.wait(wait)
+	return !ok || !now.Before(s.passes())
 }
 
-// wait is how long after its first sight the candidate passes.
-func (s sighting) wait(wait time.Duration) time.Duration {
+// passes is when the candidate passes.
+func (s sighting) passes() time.Time {
 	if s.helper {
-		return wait
+		return s.first.Add(s.wait)
 	}
-	return 2 * wait
+	return s.first.Add(2 * s.wait)
 }
 
-// untilNext is how long after now the first of the candidates seen that
-// have not passed yet passes.
-func (p *PassOver) UntilNext(now time.Time, wait time.Duration) time.Duration {
-	next := 2 * wait
+// UntilNext is how long after now the first of the candidates seen that
+// have not passed yet passes, or 0 if none waits.
+func (p *PassOver) UntilNext(now time.Time) time.Duration {
+	var next time.Duration
 	for _, s := range p.seen {
-		if d := s.first.Add(s.wait(wait)).Sub(now); d > 0 && d < next {
+		if d := s.passes().Sub(now); d > 0 && (next == 0 || d < next) {
 			next = d
 		}
 	}

@@ -178,32 +178,32 @@ func TestPassOverCountsFromTheFirstRead(t *testing.T) {
 	cands := []Candidate{own, helped, other, free}
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	var p PassOver
-	p.See(cands, peers, rank, t0)
-	if p.Passed(helped, t0, wait) || p.Passed(other, t0, wait) || !p.Passed(own, t0, wait) || !p.Passed(free, t0, wait) {
+	p.See(cands, peers, rank, t0, wait)
+	if p.Passed(helped, t0) || p.Passed(other, t0) || !p.Passed(own, t0) || !p.Passed(free, t0) {
 		t.Fatal("at the first read: another share's contended task passed, or the own share or a task not contended did not")
 	}
 	half, one, two := t0.Add(wait/2), t0.Add(wait), t0.Add(2*wait)
-	p.See(cands, peers, rank, half)
-	if p.Passed(helped, half, wait) || !p.Passed(helped, one, wait) {
+	p.See(cands, peers, rank, half, wait)
+	if p.Passed(helped, half) || !p.Passed(helped, one) {
 		t.Fatal("the helper's wait is not counted from the first read")
 	}
-	if p.Passed(other, one, wait) || !p.Passed(other, two, wait) {
+	if p.Passed(other, one) || !p.Passed(other, two) {
 		t.Fatal("another consumer's wait is not twice the helper's")
 	}
-	if d := p.UntilNext(half, wait); d != wait/2 {
+	if d := p.UntilNext(half); d != wait/2 {
 		t.Errorf("half a wait in: the next passes in %v, want %v (the helped one's)", d, wait/2)
 	}
-	if d := p.UntilNext(one, wait); d != wait {
+	if d := p.UntilNext(one); d != wait {
 		t.Errorf("a wait in: the next passes in %v, want %v (the other's)", d, wait)
 	}
-	p.See(cands[:1], peers, rank, one)
-	p.See(cands, peers, rank, two)
-	if p.Passed(helped, two, wait) {
+	p.See(cands[:1], peers, rank, one, wait)
+	p.See(cands, peers, rank, two, wait)
+	if p.Passed(helped, two) {
 		t.Fatal("a task that left the candidates and came back kept its first sight")
 	}
 	var alone PassOver
-	alone.See(cands, 1, 0, t0)
-	if !alone.Passed(other, t0, wait) {
+	alone.See(cands, 1, 0, t0, wait)
+	if !alone.Passed(other, t0) {
 		t.Fatal("a consumer alone is kept waiting")
 	}
 }

@@ -228,18 +228,18 @@ func (c *Engine) chooseCandidates(ctx context.Context, st *claimState, k int, no
 	if len(cands) > 0 {
 		c.lookAtPeers(ctx, st)
 	}
-	read, wait := time.Now(), c.passOverWait(st)
-	st.passOver.See(cands, st.peers, st.rank, read)
+	read := time.Now()
+	st.passOver.See(cands, st.peers, st.rank, read, c.passOverWait(st))
 	var passed func(claimchoice.Candidate) bool // fewer tasks than consumers: little to collide on, none waits
 	if len(cands) >= st.peers {
-		passed = func(cd claimchoice.Candidate) bool { return st.passOver.Passed(cd, read, wait) }
+		passed = func(cd claimchoice.Candidate) bool { return st.passOver.Passed(cd, read) }
 	}
 	chosen, spares, held := claimchoice.Choose(cands, k, st.peers, st.rank, passed)
 	st.spares.Keep(spares, chosen, time.Now())
 	if held {
 		// From the read: a wake before the first passes would read again
 		// for nothing.
-		st.heldUntil = c.clock.Now().Add(st.passOver.UntilNext(time.Now(), wait))
+		st.heldUntil = c.clock.Now().Add(max(st.passOver.UntilNext(time.Now()), time.Millisecond))
 	}
 	return chosen, len(chosen) == len(cands), nil
 }
