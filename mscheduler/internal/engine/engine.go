@@ -205,7 +205,7 @@ func (c *Engine) Start(ctx context.Context) error {
 	c.pingCtx, c.pingCancel = context.WithCancel(context.Background())
 	c.endCtx, c.endCancel = context.WithCancel(context.Background())
 	up := &upkeepState{}
-	stream, err := c.prepare(ctx, up)
+	err := c.prepare(ctx, up)
 	if err != nil {
 		c.fetchCancel()
 		c.workCancel(err)
@@ -227,10 +227,6 @@ func (c *Engine) Start(ctx context.Context) error {
 		c.loops.Add(1)
 		go func() { defer c.loops.Done(); c.ends.Loop(c.endCtx) }()
 	}
-	if stream != nil {
-		c.loops.Add(1)
-		go func() { defer c.loops.Done(); c.stream.Loop(c.fetchCtx, stream) }()
-	}
 	return nil
 }
 
@@ -239,7 +235,7 @@ func (c *Engine) Start(ctx context.Context) error {
 // measures the server clock, then announces the consumer (with the
 // server's time); it checks the schema; it opens the change stream. The
 // first announce failing is no error: the upkeep loop tries again.
-func (c *Engine) prepare(ctx context.Context, up *upkeepState) (*mongo.ChangeStream, error) {
+func (c *Engine) prepare(ctx context.Context, up *upkeepState) error {
 	var g errgroup.Group
 	g.Go(func() error {
 		if err := c.clock.Ensure(ctx, c.coll.Database()); err != nil {
@@ -259,18 +255,13 @@ func (c *Engine) prepare(ctx context.Context, up *upkeepState) (*mongo.ChangeStr
 		}
 		return nil
 	})
-	var stream *mongo.ChangeStream
-	g.Go(func() (err error) {
-		stream, err = c.openStream(ctx)
-		return err
-	})
+	g.Go(func() error { return c.openStream(ctx) })
 	c.warmPool(ctx, &g, 4)
 	err := g.Wait()
-	if err != nil && stream != nil {
-		_ = stream.Close(context.Background())
-		c.stream.Closed()
+	if err != nil {
+		c.stream.Close()
 	}
-	return stream, err
+	return err
 }
 
 // Stop stops claiming, waits for the runs until ctx is done, then cancels
@@ -290,6 +281,7 @@ func (c *Engine) stop(ctx context.Context) error {
 		return nil
 	}
 	c.unsubscribe()
+	c.stream.Close()
 	c.fetchCancel()
 	if err := c.slots.Acquire(ctx, int64(c.cfg.Capacity)); err != nil {
 		c.workCancel(ErrShutdown)

@@ -7,50 +7,48 @@ package watch
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
 )
 
-// Stream is one consumer's change stream. Its fields are set before Open
-// and never change; Wake and Cancel must not block.
+// Stream is one consumer's part of its database's change stream, shared
+// by the consumers of the process (see hub.go). Its exported fields are
+// set before Open and never change; Wake and Cancel must not block (they
+// are called under the hub's lock).
 type Stream struct {
 	Coll   *mongo.Collection
 	Wake   func()           // something may have become claimable
 	Cancel func(key string) // the task was cancelled: stop this consumer's runs of it
 	Error  func(ctx context.Context, err error)
 
-	// open says a stream is delivering events: written by Open and Loop,
-	// read by the claim loop (which polls less often meanwhile).
-	open atomic.Bool
+	// sh is the shared stream joined: written by Open and Close (under
+	// the hub's lock), read by the claim loop through Delivering.
+	sh  atomic.Pointer[shared]
+	key dbKey // under the hub's lock
 }
 
 // ReopenDelay is the pause before reopening a failed change stream.
 const ReopenDelay = time.Second
 
-// Open opens the change stream; the caller hands it to Loop, or closes it
-// and calls Closed.
-func (s *Stream) Open(ctx context.Context) (*mongo.ChangeStream, error) {
-	cs, err := s.Coll.Watch(ctx, Pipeline())
-	if err != nil {
-		return nil, err
-	}
-	s.open.Store(true)
-	return cs, nil
+// Open joins the database's change stream, opening it if this is the
+// process's first consumer of the database.
+func (s *Stream) Open(ctx context.Context) error { return s.join(ctx) }
+
+// Close leaves the database's change stream; the last consumer to leave
+// closes it. Idempotent.
+func (s *Stream) Close() { s.leave() }
+
+// Delivering says the stream is open and delivering events.
+func (s *Stream) Delivering() bool {
+	sh := s.sh.Load()
+	return sh != nil && sh.open.Load()
 }
-
-// Delivering says a stream is open and delivering events.
-func (s *Stream) Delivering() bool { return s.open.Load() }
-
-// Closed says the stream Open returned was closed without a Loop.
-func (s *Stream) Closed() { s.open.Store(false) }
 
 // Pipeline passes only the changes that can make a slot claimable: a new
 // task, a freed slot, a moved run_at, a changed concurrency or status,
@@ -83,33 +81,6 @@ func updatedTrue(path string) bson.D {
 	return taskstate.Op("$expr", taskstate.Op("$eq", bson.A{field, true}))
 }
 
-// Loop delivers the events of cs until ctx is done. After an error it
-// resumes from the last token; if the server cannot resume (the token fell
-// out of its oplog), it opens a new stream and wakes the claim loop so
-// that the changes it missed are found by a query.
-func (s *Stream) Loop(ctx context.Context, cs *mongo.ChangeStream) {
-	defer s.open.Store(false)
-	for {
-		for cs.Next(ctx) {
-			s.OnChange(cs.Current)
-		}
-		token := cs.ResumeToken()
-		err := cs.Err()
-		_ = cs.Close(context.Background())
-		if ctx.Err() != nil {
-			return
-		}
-		s.open.Store(false)
-		s.Error(ctx, fmt.Errorf("mscheduler: change stream: %w", err))
-		s.Wake()
-		if cs = s.reopen(ctx, token); cs == nil {
-			return
-		}
-		s.open.Store(true)
-		s.Wake()
-	}
-}
-
 // OnChange wakes the claim loop, and cancels the runs of a task whose
 // status became cancelled.
 func (s *Stream) OnChange(event bson.Raw) {
@@ -120,26 +91,4 @@ func (s *Stream) OnChange(event bson.Raw) {
 		}
 	}
 	s.Wake()
-}
-
-// reopen opens the stream again, from token if the server still has it,
-// until it opens or ctx is done (then nil).
-func (s *Stream) reopen(ctx context.Context, token bson.Raw) *mongo.ChangeStream {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(ReopenDelay):
-		}
-		opts := options.ChangeStream()
-		if token != nil {
-			opts.SetResumeAfter(token)
-		}
-		cs, err := s.Coll.Watch(ctx, Pipeline(), opts)
-		if err == nil {
-			return cs
-		}
-		s.Error(ctx, fmt.Errorf("mscheduler: reopen change stream: %w", err))
-		token = nil // a token the server rejected is not tried again
-	}
 }
