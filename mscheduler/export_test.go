@@ -151,6 +151,19 @@ var ReadClaims = engine.ReadClaims
 // consumer's next batch of run ends.
 func CarriedPulls[P, R any](c *Consumer[P, R]) int { return c.eng.CarriedPulls() }
 
+// QuietFactors are the factors a quiet consumer stretches its poll and its
+// sweep interval by now.
+func QuietFactors[P, R any](c *Consumer[P, R]) (poll, sweep int) { return c.eng.QuietFactors() }
+
+// The most a quiet consumer stretches its poll and its sweeps, with a
+// change stream and without.
+const (
+	QuietPollMaxStream  = engine.QuietPollMaxStream
+	QuietPollMaxPoll    = engine.QuietPollMaxPoll
+	QuietSweepMaxStream = engine.QuietSweepMaxStream
+	QuietSweepMaxPoll   = engine.QuietSweepMaxPoll
+)
+
 // SendPullsFor removes the history marks of one run of each key, as the
 // historian does once their records are written.
 func SendPullsFor(ctx context.Context, coll *mongo.Collection, keys []string) error {

@@ -20,6 +20,7 @@ import (
 // the upkeep loop's (see upkeeploop.go).
 func (c *Engine) claimLoop(ctx context.Context) {
 	st := &claimState{backlog: true} // at start, work may be waiting: see claimSlots
+	st.quiet.shown = &c.quietPoll
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	woken := true
@@ -33,12 +34,15 @@ func (c *Engine) claimLoop(ctx context.Context) {
 			c.claimLater(ctx, st, clockErr)
 		default:
 			c.claimAvailable(ctx, st)
+			c.settleQuiet(st, woken)
 		}
 		timer.Reset(c.untilNextWake(st))
 		select {
 		case <-ctx.Done():
 			return
 		case <-c.wakeCh:
+			c.activity.Add(1)
+			st.quiet.stir()
 			// Not while the last claim leaves tasks of other shares for a
 			// moment, as for a freed slot below: heldUntil brings the look.
 			// With a change stream every run's end is an event, and each
@@ -108,6 +112,12 @@ type claimState struct {
 	gatherUntil time.Time
 	spares      claimchoice.Spares   // for the next claims while work waits
 	passOver    claimchoice.PassOver // when candidates of other shares were first seen
+	// passAt is when the last pass began; foundNothing says it won
+	// nothing and found nothing claimable; quiet stretches the poll of a
+	// consumer whose passes find nothing (see quiet.go).
+	passAt       time.Time
+	foundNothing bool
+	quiet        quiet
 	// heldUntil, when set, is when candidates of other shares that the
 	// pass's last claim left to their consumers may be taken: the pass
 	// ends, and heldUntil brings the next look (freed slots do not, before
@@ -167,7 +177,7 @@ func (c *Engine) claimAvailable(ctx context.Context, st *claimState) {
 		// is woken by its own run ends, and its poll is the fallback.
 		poll = c.spreadOut(poll, st.peers)
 	}
-	st.pollAt = now.Add(jitter(poll))
+	st.pollAt, st.passAt, st.foundNothing = now.Add(jitter(poll)), now, false
 	st.due.PopDue(now)
 	st.heldUntil = time.Time{}
 	c.confirmLostClaims(ctx, st)
@@ -218,11 +228,15 @@ func (c *Engine) claimAvailable(ctx context.Context, st *claimState) {
 		}
 		c.releaseSlots(len(won) - started)
 		wonAny = wonAny || len(won) > 0
+		if len(won) > 0 {
+			c.activity.Add(1)
+		}
 		switch {
 		case err != nil:
 			c.loopError(ctx, err)
 			return
 		case done:
+			st.foundNothing = !wonAny
 			st.spares.Mixed = false // the next work may be of other tasks
 			c.scheduleNextDue(ctx, st)
 			return
@@ -308,4 +322,17 @@ func (c *Engine) takeSlots(k int) int {
 func (c *Engine) releaseSlots(n int) {
 	c.held.Add(-int64(n))
 	c.slots.Release(int64(n))
+}
+
+// settleQuiet stretches the poll the pass set when the pass, not brought
+// by a wake, found nothing; any other pass ends the stretch.
+func (c *Engine) settleQuiet(st *claimState, woken bool) {
+	switch {
+	case !st.foundNothing:
+		st.quiet.stir()
+	case !woken:
+		pollCap, _ := c.quietCaps()
+		st.quiet.calm(pollCap)
+		st.pollAt = st.passAt.Add(st.quiet.stretch(st.pollAt.Sub(st.passAt)))
+	}
 }

@@ -107,7 +107,13 @@ type Engine struct {
 	stopErr     error
 
 	stream *watch.Stream // the change stream, when the server has one
-	caps   query.Caps
+	// activity counts the signs of work in the collection (wakes, claims
+	// that found work): the claim loop adds, the sweep loop reads it to
+	// end a quiet stretch (see quiet.go).
+	activity atomic.Uint64
+	// quietPoll and quietSweep show the loops' quiet factors (QuietFactors).
+	quietPoll, quietSweep atomic.Int32
+	caps                  query.Caps
 }
 
 // New returns the engine of a consumer of coll, configured by cfg (its

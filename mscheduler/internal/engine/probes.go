@@ -92,6 +92,13 @@ func CandidateLimit(k, peers int, spares bool) int { return candidateLimit(k, pe
 // its own consumer; ReannounceGap bounds how often lost tasks bring an
 // announce forward; AnnounceSoon bounds the wait for a second announce.
 const (
+	QuietPollMaxStream  = quietPollMaxStream
+	QuietPollMaxPoll    = quietPollMaxPoll
+	QuietSweepMaxStream = quietSweepMaxStream
+	QuietSweepMaxPoll   = quietSweepMaxPoll
+)
+
+const (
 	PassOverMin   = passOverMin
 	ReannounceGap = reannounceGap
 	AnnounceSoon  = announceSoon

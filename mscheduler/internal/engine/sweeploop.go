@@ -25,11 +25,19 @@ type sweepState struct {
 	span    float64
 	next    time.Time
 	skips   upkeep.SweepSkips
+	// quiet stretches the interval while sweeps see no run held and the
+	// collection shows no sign of work (see quiet.go); activity is the
+	// engine's activity as the last sweep saw it; empty says the last
+	// sweep saw no run held, so the next looks as far ahead as the longest
+	// stretch before it calms (see sweepHorizon).
+	quiet    quiet
+	activity uint64
+	empty    bool
 }
 
 // sweepLoop sweeps until ctx is done.
 func (c *Engine) sweepLoop(ctx context.Context) {
-	st := &sweepState{}
+	st := &sweepState{quiet: quiet{shown: &c.quietSweep}}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -53,23 +61,54 @@ func (c *Engine) sweepIfDue(ctx context.Context, st *sweepState) {
 	if st.sweptAt.IsZero() {
 		c.planFirstSweep(st, now)
 	}
+	if a := c.activity.Load(); a != st.activity {
+		// Work in the collection: a run may be held that no sweep saw.
+		st.activity = a
+		st.quiet.stir()
+	}
 	if now.Before(c.sweepDue(st)) {
 		return
 	}
 	st.sweptAt, st.span, st.next = now, jitterFactor(), time.Time{}
 	start := time.Now()
-	next, err := c.upkeep.Sweep(ctx, &st.skips, now, c.sweepDue(st))
+	next, err := c.upkeep.Sweep(ctx, &st.skips, now, c.sweepHorizon(st, now))
 	// For a person asking why a lapsed lease stayed: when sweeps ran and
 	// how long they took.
 	c.log.Debug("swept", "took", time.Since(start).Round(time.Millisecond), "error", err)
 	// The interval counts from the sweep's end: on a slow server, sweeps
 	// back to back would be most of the load.
 	st.sweptAt = c.clock.Now()
-	if err != nil {
+	switch {
+	case err != nil:
 		c.loopError(ctx, err)
-	} else {
+		st.quiet.stir()
+		st.empty = false
+	case next.IsZero():
+		if st.empty {
+			_, sweepCap := c.quietCaps()
+			st.quiet.calm(sweepCap)
+		}
+		st.empty = true
+	default:
 		st.next = next
+		st.quiet.stir()
+		st.empty = false
 	}
+}
+
+// sweepHorizon is how far ahead a sweep reads the leases: to its next due
+// time, or, after a sweep that saw no run held, as far as the longest
+// stretch of a quiet consumer's sweeps. Such a sweep sees every run held
+// whose lease ends before the next sweep however stretched, and has the
+// next sweep come when the first of them lapses: a quiet consumer stretches
+// its sweeps only while no run is held.
+func (c *Engine) sweepHorizon(st *sweepState, now time.Time) time.Time {
+	due := c.sweepDue(st)
+	if !st.empty {
+		return due
+	}
+	_, sweepCap := c.quietCaps()
+	return maxTime(due, now.Add(time.Duration(sweepCap)*c.spreadOut(c.cfg.SweepInterval, c.view().alive)))
 }
 
 // sweepDue is when the next sweep is due: a span of SweepInterval spread
@@ -80,7 +119,7 @@ func (c *Engine) sweepIfDue(ctx context.Context, st *sweepState) {
 // that swept first knowing of few would otherwise go on sweeping as if
 // they were few until their next sweep.
 func (c *Engine) sweepDue(st *sweepState) time.Time {
-	spread := c.spreadOut(c.cfg.SweepInterval, c.view().alive)
+	spread := st.quiet.stretch(c.spreadOut(c.cfg.SweepInterval, c.view().alive))
 	at := st.sweptAt.Add(time.Duration(st.span * float64(spread)))
 	if !st.next.IsZero() && st.next.Before(at) {
 		return st.next

@@ -28,6 +28,12 @@ type upkeepState struct {
 	// peersGone are the consumers the last announce found lapsed, for the
 	// maintenance holder to forget.
 	peersGone []string
+	// quiet stretches the maintenance pass and the check of a quiet
+	// collection (see quiet.go); activity is the engine's activity as the
+	// last pass saw it. The lease is renewed every interval all the same.
+	quiet    quiet
+	activity uint64
+	passedAt time.Time // the last maintenance pass
 }
 
 // peerView is what the newest announce or look learnt of the consumers
@@ -158,13 +164,32 @@ func (c *Engine) maintainIfDue(ctx context.Context, st *upkeepState) {
 		c.loopError(ctx, err)
 		return
 	}
-	if leader {
+	if leader && c.passDue(st, now) {
 		c.upkeep.Maintain(ctx, now, &st.ttl)
 		alive := c.aliveWindow(now)
 		if err := c.peers.Forget(ctx, st.peersGone, &alive); err != nil {
 			c.loopError(ctx, err)
 		}
 	}
+}
+
+// passDue says the maintenance pass is due: at every turn while the
+// collection shows signs of work, and while it is quiet, at every turn of
+// a stretch that doubles up to quietMaintainMax. A quiet collection has
+// little to maintain: what finished before the last pass was seen to by
+// it, and only its retention deadlines come due meanwhile.
+func (c *Engine) passDue(st *upkeepState, now time.Time) bool {
+	switch a := c.activity.Load(); {
+	case a != st.activity:
+		st.activity = a
+		st.quiet.stir()
+	case st.passedAt.IsZero() || !now.Before(st.passedAt.Add(st.quiet.stretch(c.cfg.MaintenanceInterval))):
+		st.quiet.calm(quietMaintainMax)
+	default:
+		return false
+	}
+	st.passedAt = now
+	return true
 }
 
 // checkIfDue runs a check when its time has come, by the maintenance
@@ -174,7 +199,8 @@ func (c *Engine) checkIfDue(ctx context.Context, st *upkeepState) {
 	if now.Before(st.checkAt) {
 		return
 	}
-	st.checkAt = now.Add(jitter(c.cfg.CheckInterval))
+	// Stretched with the maintenance pass while the collection is quiet.
+	st.checkAt = now.Add(jitter(st.quiet.stretch(c.cfg.CheckInterval)))
 	if !c.leader.Load() {
 		return
 	}

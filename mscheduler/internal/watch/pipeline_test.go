@@ -49,6 +49,10 @@ func TestPipelinePassesWhatMakesASlotClaimable(t *testing.T) {
 		{"a concurrency", set(bson.D{{Key: "concurrency", Value: 3}}), true},
 		{"a plan's occurrence begun", set(bson.D{{Key: "plan.started", Value: true}}), true},
 		{"a plan's counts", bson.D{{Key: "$inc", Value: bson.D{{Key: "plan.skipped", Value: 1}}}}, false},
+		{"a pause", set(bson.D{{Key: "paused", Value: true}}), false},
+		{"a resume", bson.D{{Key: "$unset", Value: bson.D{{Key: "paused", Value: ""}}}}, true},
+		{"a pause set again", set(bson.D{{Key: "paused", Value: true}}), false},
+		{"a pause lifted by hand", set(bson.D{{Key: "paused", Value: false}}), true},
 	} {
 		if _, err := coll.UpdateByID(ctx, "t", c.update); err != nil {
 			t.Fatalf("%s: %v", c.name, err)

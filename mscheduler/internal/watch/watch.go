@@ -51,9 +51,9 @@ func (s *Stream) Delivering() bool {
 }
 
 // Pipeline passes only the changes that can make a slot claimable: a new
-// task, a freed slot, a moved run_at, a changed concurrency or status,
-// and an occurrence of a plan begun by its plan gate (its other slots are
-// claimable from then on). Pings and claims that leave no slot free do not
+// task, a freed slot, a moved run_at, a changed concurrency or status, a
+// pause lifted, and an occurrence of a plan begun by its plan gate (its
+// other slots are claimable from then on). Pings and claims that leave no slot free do not
 // wake the workers.
 func Pipeline() mongo.Pipeline {
 	updated := func(field string) bson.D {
@@ -66,6 +66,9 @@ func Pipeline() mongo.Pipeline {
 		updated(stored.FConcurrency),
 		updated(stored.FStatus),
 		updatedTrue(stored.PStarted),
+		// A pause lifted: removed (Resume), or set false by hand.
+		bson.D{{Key: "updateDescription.removedFields", Value: stored.FPaused}},
+		bson.D{{Key: "updateDescription.updatedFields." + stored.FPaused, Value: false}},
 	})}}}
 }
 
