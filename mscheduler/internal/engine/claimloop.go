@@ -117,6 +117,7 @@ type claimState struct {
 	// consumer whose passes find nothing (see quiet.go).
 	passAt       time.Time
 	foundNothing bool
+	emptyPolls   int // polls in a row that found nothing, no wake between
 	quiet        quiet
 	// heldUntil, when set, is when candidates of other shares that the
 	// pass's last claim left to their consumers may be taken: the pass
@@ -325,12 +326,22 @@ func (c *Engine) releaseSlots(n int) {
 }
 
 // settleQuiet stretches the poll the pass set when the pass, not brought
-// by a wake, found nothing; any other pass ends the stretch.
+// by a wake, found nothing and ended a run of quietAfterPolls such polls;
+// a pass that found work ends the stretch.
 func (c *Engine) settleQuiet(st *claimState, woken bool) {
 	switch {
 	case !st.foundNothing:
 		st.quiet.stir()
-	case !woken:
+		st.emptyPolls = 0
+	case woken:
+		st.emptyPolls = 0
+	default:
+		// Only a run of empty polls: between tasks published a few per
+		// second from another process, one poll or two find nothing, and
+		// a stretch then would delay each next task.
+		if st.emptyPolls++; st.emptyPolls < quietAfterPolls {
+			return
+		}
 		pollCap, _ := c.quietCaps()
 		st.quiet.calm(pollCap)
 		st.pollAt = st.passAt.Add(st.quiet.stretch(st.pollAt.Sub(st.passAt)))

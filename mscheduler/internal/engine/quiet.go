@@ -7,10 +7,12 @@ import (
 
 // A consumer whose collection is quiet stretches its own polls and sweeps,
 // so that a process serving many task collections, most of them idle most
-// of the time, does not query each of them every second. Each poll that
-// finds nothing and was not brought by a wake doubles the claim loop's
-// poll, and each sweep that saw no run held and no sign of work since the
-// last doubles the sweep interval, up to a cap; anything that happens in
+// of the time, does not query each of them every second. After
+// quietAfterPolls polls in a row that found nothing and were not brought
+// by a wake, each such poll doubles the claim loop's poll; each sweep that
+// saw no run held (after one that saw none either) doubles the sweep
+// interval; each maintenance turn of a quiet collection doubles the span
+// between maintenance passes; each up to a cap; anything that happens in
 // the collection (a wake: a change stream event, a publish or a run end
 // in this process, a claim won) brings both back to their intervals at
 // once. Tasks due later are timed, not polled (see claimState.due), so a
@@ -31,6 +33,9 @@ const (
 	// check of a quiet collection, whatever the discovery: × the
 	// MaintenanceInterval and CheckInterval (a minute each by default).
 	quietMaintainMax = 8
+	// quietAfterPolls is how many polls in a row find nothing before the
+	// poll stretches.
+	quietAfterPolls = 4
 )
 
 // quiet is how far a quiet consumer stretches an interval: a factor from
