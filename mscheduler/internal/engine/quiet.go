@@ -36,6 +36,10 @@ const (
 	// quietAfterPolls is how many polls in a row find nothing before the
 	// poll stretches.
 	quietAfterPolls = 4
+	// quietUpkeepStretch stretches the announces and the tries at the
+	// maintenance lease of a quiet consumer: at most 2.4 intervals apart
+	// with the jitter, within the three of peerLapse and of the lease.
+	quietUpkeepStretch = 2
 )
 
 // quiet is how far a quiet consumer stretches an interval: a factor from

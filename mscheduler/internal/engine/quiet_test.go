@@ -33,3 +33,28 @@ func TestQuietMaintenancePassesStretch(t *testing.T) {
 		t.Fatal("after a sign of work, the stretch did not start again from one interval")
 	}
 }
+
+// TestQuietUpkeepKeepsTheConsumerAliveAndTheLeaseHeld: a quiet consumer's
+// announces and tries at the maintenance lease come twice as far apart,
+// never so far that the others count it gone or its lease lapses, and at
+// every interval again after a sign of work.
+func TestQuietUpkeepKeepsTheConsumerAliveAndTheLeaseHeld(t *testing.T) {
+	const most = 1.2 // the jitter's
+	if float64(quietUpkeepStretch)*most >= peerLapse {
+		t.Fatalf("a quiet consumer announces up to %.1f intervals apart; it is gone after %d", quietUpkeepStretch*most, peerLapse)
+	}
+	const every = time.Minute
+	c := &Engine{cfg: &Config{MaintenanceInterval: every}}
+	var seen uint64
+	c.activity.Add(1)
+	if d := c.quietUpkeep(&seen, every); d != every {
+		t.Fatalf("after a sign of work: %v, want %v", d, every)
+	}
+	if d := c.quietUpkeep(&seen, every); d != quietUpkeepStretch*every {
+		t.Fatalf("quiet: %v, want %v", d, quietUpkeepStretch*every)
+	}
+	c.activity.Add(1)
+	if d := c.quietUpkeep(&seen, every); d != every {
+		t.Fatalf("after another sign of work: %v, want %v", d, every)
+	}
+}

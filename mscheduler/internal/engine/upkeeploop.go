@@ -34,6 +34,10 @@ type upkeepState struct {
 	quiet    quiet
 	activity uint64
 	passedAt time.Time // the last maintenance pass
+	// announceActivity and leaseActivity are the engine's activity as
+	// the last announce and the last try at the maintenance lease saw it
+	// (see quietUpkeep).
+	announceActivity, leaseActivity uint64
 }
 
 // peerView is what the newest announce or look learnt of the consumers
@@ -133,7 +137,7 @@ func (c *Engine) announceIfDue(ctx context.Context, st *upkeepState) {
 	if now.Before(st.announceAt) {
 		return
 	}
-	every := c.cfg.MaintenanceInterval
+	every := c.quietUpkeep(&st.announceActivity, c.cfg.MaintenanceInterval)
 	if st.announceAt.IsZero() {
 		every = min(every, announceSoon)
 	}
@@ -153,7 +157,7 @@ func (c *Engine) maintainIfDue(ctx context.Context, st *upkeepState) {
 	if now.Before(st.maintainAt) {
 		return
 	}
-	st.maintainAt = now.Add(jitter(c.cfg.MaintenanceInterval))
+	st.maintainAt = now.Add(jitter(c.quietUpkeep(&st.leaseActivity, c.cfg.MaintenanceInterval)))
 	start := time.Now()
 	defer func() {
 		c.log.Debug("maintenance turn", "leader", c.leader.Load(), "took", time.Since(start).Round(time.Millisecond))
@@ -226,3 +230,18 @@ func (c *Engine) aliveWindow(now time.Time) peers.Window {
 // MaintenanceLeader reports whether this consumer held the collection's
 // maintenance lease at its last try.
 func (c *Engine) MaintenanceLeader() bool { return c.leader.Load() }
+
+// quietUpkeep is how long after now the next announce or try at the
+// maintenance lease comes: every, or, while the collection shows no sign
+// of work since the last (seen holds the activity it saw), twice that.
+// Not more: a consumer is alive while seen within peerLapse intervals,
+// and the maintenance lease lasts three.
+func (c *Engine) quietUpkeep(seen *uint64, every time.Duration) time.Duration {
+	a := c.activity.Load()
+	quiet := a == *seen
+	*seen = a
+	if quiet {
+		return quietUpkeepStretch * every
+	}
+	return every
+}

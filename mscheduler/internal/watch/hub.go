@@ -55,7 +55,7 @@ func (s *Stream) join(ctx context.Context) error {
 	if sh == nil {
 		// Opened under the lock: consumers started together wait for the
 		// first one's open rather than each opening one.
-		cs, err := db.Watch(ctx, dbPipeline())
+		cs, err := db.Watch(ctx, dbPipeline(), streamOptions())
 		if err != nil {
 			return err
 		}
@@ -113,6 +113,17 @@ func (s *Stream) leave() {
 func dbPipeline() mongo.Pipeline {
 	own := bson.D{{Key: "ns.coll", Value: taskstate.Op("$not", bson.Regex{Pattern: `\.(meta|runs)$`})}}
 	return append(mongo.Pipeline{{{Key: "$match", Value: own}}}, Pipeline()...)
+}
+
+// streamAwait is how long the server holds a getMore of the stream with no
+// event to return: an event returns at once, so it costs no latency, and a
+// process whose task collections are quiet sends one getMore every
+// streamAwait (the server's default is a second). The getMore holds one
+// connection of the client's pool meanwhile.
+const streamAwait = 5 * time.Second
+
+func streamOptions() *options.ChangeStreamOptionsBuilder {
+	return options.ChangeStream().SetMaxAwaitTime(streamAwait)
 }
 
 // deliver hands an event to the consumers of the collection it names,
@@ -191,7 +202,7 @@ func (sh *shared) reopen(ctx context.Context, token bson.Raw) *mongo.ChangeStrea
 			return nil
 		case <-time.After(ReopenDelay):
 		}
-		opts := options.ChangeStream()
+		opts := streamOptions()
 		if token != nil {
 			opts.SetResumeAfter(token)
 		}

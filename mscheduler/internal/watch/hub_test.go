@@ -23,10 +23,15 @@ import (
 func TestConsumersOfADatabaseShareOneStream(t *testing.T) {
 	var mu sync.Mutex
 	commands := map[string]int{}
+	var awaits []int64 // the getMores' maxTimeMS
 	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
 		mu.Lock()
 		defer mu.Unlock()
 		commands[e.CommandName]++
+		if e.CommandName == "getMore" {
+			ms, _ := e.Command.Lookup("maxTimeMS").AsInt64OK()
+			awaits = append(awaits, ms)
+		}
 	}}
 	count := func(name string) int {
 		mu.Lock()
@@ -97,6 +102,14 @@ func TestConsumersOfADatabaseShareOneStream(t *testing.T) {
 	if n := count("killCursors") - killed; n != 1 {
 		t.Errorf("%d killCursors after the last consumer left, want the one stream closed", n)
 	}
+	mu.Lock()
+	for _, ms := range awaits {
+		// A quiet process sends one getMore per await, not one a second.
+		if ms != 5000 {
+			t.Errorf("a getMore awaits %d ms, want 5000", ms)
+		}
+	}
+	mu.Unlock()
 	if n := errs.Load(); n != 0 {
 		t.Errorf("%d stream errors", n)
 	}
