@@ -36,6 +36,7 @@ func TestPipelinePassesWhatMakesASlotClaimable(t *testing.T) {
 	}
 	defer cs.Close(ctx)
 	set := func(f bson.D) bson.D { return bson.D{{Key: "$set", Value: f}} }
+	mark := int64(100)
 	for _, c := range []struct {
 		name   string
 		update bson.D
@@ -45,7 +46,11 @@ func TestPipelinePassesWhatMakesASlotClaimable(t *testing.T) {
 		{"a claim that leaves no slot free", set(bson.D{{Key: "free", Value: 0}}), false},
 		{"a freed slot", set(bson.D{{Key: "free", Value: 1}}), true},
 		{"a moved run_at", set(bson.D{{Key: "run_at", Value: time.Now()}}), true},
-		{"a status", set(bson.D{{Key: "status", Value: "pending"}}), true},
+		{"a status pending", set(bson.D{{Key: "status", Value: "pending"}}), true},
+		{"a claim", set(bson.D{{Key: "status", Value: "running"}}), true},
+		{"a run end that leaves the task final", set(bson.D{{Key: "status", Value: "succeeded"}}), false},
+		{"a cancel", set(bson.D{{Key: "status", Value: "cancelled"}}), true},
+		{"a plan finished", set(bson.D{{Key: "status", Value: "finished"}}), false},
 		{"a concurrency", set(bson.D{{Key: "concurrency", Value: 3}}), true},
 		{"a plan's occurrence begun", set(bson.D{{Key: "plan.started", Value: true}}), true},
 		{"a plan's counts", bson.D{{Key: "$inc", Value: bson.D{{Key: "plan.skipped", Value: 1}}}}, false},
@@ -57,19 +62,22 @@ func TestPipelinePassesWhatMakesASlotClaimable(t *testing.T) {
 		if _, err := coll.UpdateByID(ctx, "t", c.update); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		// A mark after each write: the next event is the write's if it
-		// passed, the mark's if not.
-		mark := c.name
-		if _, err := coll.UpdateByID(ctx, "t", set(bson.D{{Key: "status", Value: mark}})); err != nil {
+		// A mark after each write, which passes: the next event is the
+		// write's if it passed, the mark's if not.
+		mark++
+		if _, err := coll.UpdateByID(ctx, "t", set(bson.D{{Key: "concurrency", Value: mark}})); err != nil {
 			t.Fatal(err)
 		}
+		isMark := func(e bson.Raw) bool {
+			n, ok := e.Lookup("updateDescription", "updatedFields", "concurrency").AsInt64OK()
+			return ok && n == mark
+		}
 		got := next(t, cs)
-		status, _ := got.Lookup("updateDescription", "updatedFields", "status").StringValueOK()
-		if passed := status != mark; passed != c.passes {
+		if passed := !isMark(got); passed != c.passes {
 			t.Errorf("%s: passed the filter %v, want %v (event %s)", c.name, passed, c.passes, got)
 		}
-		if status != mark {
-			if m := next(t, cs); m.Lookup("updateDescription", "updatedFields", "status").StringValue() != mark {
+		if !isMark(got) {
+			if m := next(t, cs); !isMark(m) {
 				t.Fatalf("%s: after the write's event, %s, want the mark", c.name, m)
 			}
 		}

@@ -64,7 +64,12 @@ func Pipeline() mongo.Pipeline {
 		bson.D{{Key: "updateDescription.updatedFields." + stored.FFree, Value: taskstate.Op("$gt", 0)}},
 		updated(stored.FRunAt),
 		updated(stored.FConcurrency),
-		updated(stored.FStatus),
+		// A status that makes a slot claimable (pending), cancels runs
+		// (cancelled), or tells of a claim (running: a quiet consumer's
+		// sweeps come back for the run, see the engine's quiet.go). A run
+		// end that leaves its task final frees nothing: no event.
+		bson.D{{Key: "updateDescription.updatedFields." + stored.FStatus, Value: taskstate.Op("$in",
+			bson.A{stored.StatusPending, stored.StatusRunning, stored.StatusCancelled})}},
 		updatedTrue(stored.PStarted),
 		// A pause lifted: removed (Resume), or set false by hand.
 		bson.D{{Key: "updateDescription.removedFields", Value: stored.FPaused}},
