@@ -150,7 +150,8 @@ func New(coll *mongo.Collection, c *Config) *Engine {
 		con.log.Warn("run history not written yet; the maintenance pass will", "error", err)
 		con.emit(Event{Kind: EventError, Err: err})
 	}, carrier, con.busy)
-	con.stream = &watch.Stream{Coll: con.coll, Wake: con.wake, Cancel: con.cancelRuns, Error: con.loopError}
+	con.stream = &watch.Stream{Coll: con.coll, Wake: con.wake, Cancel: con.cancelRuns, Error: con.loopError,
+		Idle: func() bool { return con.held.Load() < int64(c.Capacity) }}
 	con.peers = &peers.Registry{Meta: upkeep.MetaCollection(con.coll), WorkerID: c.WorkerID, Groups: c.Groups, Log: con.log}
 	con.upkeep = &upkeep.Worker{
 		Coll: con.coll, ID: c.WorkerID, Clock: con.clock, RunsKept: c.RunsKept, Retention: c.Retention,

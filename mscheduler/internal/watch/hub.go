@@ -126,6 +126,50 @@ func streamOptions() *options.ChangeStreamOptionsBuilder {
 	return options.ChangeStream().SetMaxAwaitTime(streamAwait)
 }
 
+// While every consumer of the stream has all its slots taken, no wake can
+// start a claim, and the stream reads no further: the events wait on the
+// server, and the next getMore takes them together, once a slot frees
+// (which wakes its consumer by itself) or busyPause has passed, so that a
+// cancel still reaches the runs going within it. On a busy collection the
+// getMores, one per event batch and process, were otherwise as many as the
+// claims, pings and run ends together.
+const (
+	busyPause = time.Second
+	busyLook  = 20 * time.Millisecond
+)
+
+// awaitIdle waits, before a getMore (the batch read is spent), until a
+// consumer of the stream has a free slot or busyPause has passed. It
+// reports false when ctx is done.
+func (sh *shared) awaitIdle(ctx context.Context, cs *mongo.ChangeStream) bool {
+	if cs.RemainingBatchLength() > 0 {
+		return true
+	}
+	deadline := time.Now().Add(busyPause)
+	for !sh.anyIdle() && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(busyLook):
+		}
+	}
+	return ctx.Err() == nil
+}
+
+// anyIdle says a consumer of the stream has a free slot.
+func (sh *shared) anyIdle() bool {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	for _, subs := range sh.subs {
+		for _, s := range subs {
+			if s.Idle == nil || s.Idle() {
+				return true
+			}
+		}
+	}
+	return len(sh.subs) == 0
+}
+
 // deliver hands an event to the consumers of the collection it names,
 // or to all of them for an event that names none. Under the hub's lock,
 // so that a consumer gets no event once Close returned.
@@ -163,7 +207,7 @@ func (sh *shared) all() []*Stream {
 func (sh *shared) loop(ctx context.Context, cs *mongo.ChangeStream) {
 	defer sh.open.Store(false)
 	for {
-		for cs.Next(ctx) {
+		for sh.awaitIdle(ctx, cs) && cs.Next(ctx) {
 			sh.deliver(cs.Current)
 		}
 		token := cs.ResumeToken()

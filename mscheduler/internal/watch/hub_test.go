@@ -123,3 +123,46 @@ func woken(t *testing.T, ch chan struct{}, who string) {
 		t.Fatalf("%s was not woken", who)
 	}
 }
+
+// TestStreamReadsNoFurtherWhileItsConsumersAreFull: while its consumer has
+// no free slot, the stream sends no getMore for the events coming (they
+// wait on the server) for up to a second; once a slot is free the events
+// come together, in one getMore or few.
+func TestStreamReadsNoFurtherWhileItsConsumersAreFull(t *testing.T) {
+	var getMores atomic.Int32
+	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "getMore" {
+			getMores.Add(1)
+		}
+	}}
+	client := mschedulertest.NewClient(t, options.Client().SetMonitor(monitor))
+	coll := mschedulertest.CollectionOf(t, client)
+	if !mschedulertest.HasChangeStreams(t.Context(), coll) {
+		t.Skip("this server has no change streams (a standalone MongoDB, or the development server with MSCHEDULER_DEV_NO_CHANGE_STREAMS set)")
+	}
+	var idle atomic.Bool
+	wakes := make(chan struct{}, 64)
+	s := &watch.Stream{Coll: coll, Wake: func() { wakes <- struct{}{} }, Cancel: func(string) {},
+		Error: func(context.Context, error) {}, Idle: idle.Load}
+	if err := s.Open(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// The first getMore may be on its way already: wait for it to be sent.
+	<-time.After(200 * time.Millisecond)
+	before := getMores.Load()
+	other := client.Database(coll.Database().Name()).Collection(coll.Name()) // the same collection
+	for i := range 5 {
+		if _, err := other.InsertOne(t.Context(), bson.D{{Key: "n", Value: i}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-time.After(500 * time.Millisecond)
+	if n := getMores.Load() - before; n > 1 {
+		t.Fatalf("%d getMores while the consumer was full, want at most the one waiting already", n)
+	}
+	idle.Store(true)
+	for range 5 {
+		woken(t, wakes, "the consumer, once a slot was free")
+	}
+}

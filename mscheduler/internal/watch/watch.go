@@ -26,6 +26,9 @@ type Stream struct {
 	Wake   func()           // something may have become claimable
 	Cancel func(key string) // the task was cancelled: stop this consumer's runs of it
 	Error  func(ctx context.Context, err error)
+	// Idle says the consumer has a free slot, so that a wake may start a
+	// claim. Nil means always.
+	Idle func() bool
 
 	// sh is the shared stream joined: written by Open and Close (under
 	// the hub's lock), read by the claim loop through Delivering.
