@@ -297,6 +297,10 @@ func TestJoiningConsumersDoNotAllSweepAtOnce(t *testing.T) {
 		// Spread over hours, a first sweep within the test is unlikely
 		// (a few in a million) but for the first consumer's.
 		cfg.PollInterval, cfg.SweepInterval, cfg.PollBudget = 10*time.Millisecond, time.Hour, 1
+		// The test waits for polls: with a change stream open they came
+		// every 15 s, the test took minutes, and a first sweep spread over
+		// hours fell within it one time in fifty.
+		cfg.ChangeStreamPollInterval = cfg.PollInterval
 		startConsumer(t, dbCollection(client, coll), func(context.Context, *mscheduler.Task[int]) (int, error) { return 0, nil }, cfg)
 		logs[i].waitUntil(t, fmt.Sprintf("w%d to learn of %d consumers", i, i+1), func(l *idleLog) bool { return l.peers >= i+1 })
 		logs[i].waitUntil(t, fmt.Sprintf("3 polls of w%d", i), func(l *idleLog) bool { return len(l.claims) >= 3 })
