@@ -268,6 +268,10 @@ func TestGrowingDelayThrottlesThenRecovers(t *testing.T) {
 	ev := mschedulertest.NewEvents()
 	cfg := fastConfig("slowing", ev)
 	cfg.Capacity, cfg.Logger = 8, slog.New(warns)
+	// Its recovery is measured by its polls: as often with a change stream
+	// open as without (the stream's poll is 15 s, and the other worker's
+	// run ends, which leave their tasks final, wake no one).
+	cfg.ChangeStreamPollInterval = cfg.PollInterval
 	handler := func(ctx context.Context, _ *mscheduler.Task[int]) (int, error) {
 		select {
 		case <-time.After(300 * time.Millisecond):
