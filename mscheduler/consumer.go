@@ -148,10 +148,13 @@ type ConsumerConfig struct {
 	Discovery Discovery
 	// PollInterval is how often the consumer looks for claimable tasks when
 	// it has free slots and no change stream, with ±20% jitter so that
-	// workers do not poll in step. Defaults to [PollIntervalDefault].
+	// workers do not poll in step: by the one poll its process sends for
+	// all the task collections of the database, or, while that poll
+	// fails, by its own. Defaults to [PollIntervalDefault].
 	PollInterval time.Duration
-	// ChangeStreamPollInterval is the fallback poll while a change stream is
-	// open. Defaults to [ChangeStreamPollIntervalDefault].
+	// ChangeStreamPollInterval is the consumer's own fallback poll while a
+	// change stream, or its database's shared poll, tells it of new work.
+	// Defaults to [ChangeStreamPollIntervalDefault].
 	ChangeStreamPollInterval time.Duration
 	// SweepInterval is the longest time between two looks for runs whose
 	// lease lapsed; the consumer also looks when the earliest lease it knows

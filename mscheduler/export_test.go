@@ -155,11 +155,13 @@ func CarriedPulls[P, R any](c *Consumer[P, R]) int { return c.eng.CarriedPulls()
 // sweep interval by now.
 func QuietFactors[P, R any](c *Consumer[P, R]) (poll, sweep int) { return c.eng.QuietFactors() }
 
+// SharedPollServes says the consumer's database's shared poll serves it.
+func SharedPollServes[P, R any](c *Consumer[P, R]) bool { return c.eng.SharedPollServes() }
+
 // The most a quiet consumer stretches its poll and its sweeps, with a
 // change stream and without.
 const (
 	QuietPollMaxStream  = engine.QuietPollMaxStream
-	QuietPollMaxPoll    = engine.QuietPollMaxPoll
 	QuietSweepMaxStream = engine.QuietSweepMaxStream
 	QuietSweepMaxPoll   = engine.QuietSweepMaxPoll
 )

@@ -37,8 +37,11 @@ func (l *idleLog) monitor() *event.CommandMonitor {
 			defer l.mu.Unlock()
 			switch {
 			case e.CommandName == "findAndModify" && e.Command.Lookup("query", "free").Type != 0,
-				e.CommandName == "find" && e.Command.Lookup("sort", "priority").Type != 0 && e.Command.Lookup("filter", "free").Type != 0:
-				l.claims = append(l.claims, time.Now()) // a claim, alone or by a read of candidates
+				e.CommandName == "find" && e.Command.Lookup("sort", "priority").Type != 0 && e.Command.Lookup("filter", "free").Type != 0,
+				e.CommandName == "aggregate" && e.Command.Lookup("pipeline", "0", "$changeStream").Type == 0:
+				// A claim, alone or by a read of candidates, or the shared
+				// poll of the database (each consumer has a client of its own).
+				l.claims = append(l.claims, time.Now())
 			case e.CommandName == "find" && e.Command.Lookup("filter", "next_expiry").Type != 0:
 				l.sweeps = append(l.sweeps, time.Now())
 			case e.CommandName == "find" && e.Command.Lookup("filter", "$or").Type != 0 && e.Command.Lookup("filter", "status").Type == 0:
@@ -96,8 +99,12 @@ func (l *idleLog) waitUntil(t *testing.T, what string, cond func(l *idleLog) boo
 	}
 }
 
-// medianGap is the median time between consecutive times.
+// medianGap is the median time between consecutive times; 0 for fewer
+// than two.
 func medianGap(times []time.Time) time.Duration {
+	if len(times) < 2 {
+		return 0
+	}
 	var gaps []time.Duration
 	for i := 1; i < len(times); i++ {
 		gaps = append(gaps, times[i].Sub(times[i-1]))

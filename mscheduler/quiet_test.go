@@ -10,7 +10,7 @@ import (
 
 // TestQuietConsumerStretchesItsPollsAndSweeps: a consumer whose collection
 // is idle stretches its poll and its sweep interval up to their caps (the
-// poll's larger with a change stream, whose events wake it); a publish in
+// sweep's larger with a change stream, whose events tell of claims); a publish in
 // its process brings its poll back to the interval, and a run held in the
 // collection brings the sweeps back and keeps them there, for the sweep
 // is how a dead worker's run comes back.
@@ -23,7 +23,11 @@ func TestQuietConsumerStretchesItsPollsAndSweeps(t *testing.T) {
 	}{
 		// The sweep interval times the cap is more than the held run's
 		// lease, so that a quiet sweep sees the run.
-		{"poll", mscheduler.DiscoveryPoll, mscheduler.QuietPollMaxPoll, mscheduler.QuietSweepMaxPoll, 300 * time.Millisecond, 300 * time.Millisecond},
+		// Polling, the database's shared poll finds what is due: the
+		// consumer's own poll is a fallback, stretched as far as with a
+		// change stream; its sweeps, which alone find the runs that other
+		// processes claim, little.
+		{"poll", mscheduler.DiscoveryPoll, mscheduler.QuietPollMaxStream, mscheduler.QuietSweepMaxPoll, 300 * time.Millisecond, 300 * time.Millisecond},
 		{"change stream", mscheduler.DiscoveryChangeStream, mscheduler.QuietPollMaxStream, mscheduler.QuietSweepMaxStream, 100 * time.Millisecond, 50 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

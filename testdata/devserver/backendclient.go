@@ -93,6 +93,11 @@ func (b *backendClient) find(db, coll string, filter, sort any, limit int64) ([]
 	}
 	// FerretDB 1.24 allocates a batch's capacity up front: a huge batchSize costs seconds.
 	cmd = append(cmd, bson.E{Key: "batchSize", Value: int32(readBatchSize)})
+	return b.readAll(db, coll, cmd)
+}
+
+// readAll runs cmd, which opens a cursor on db.coll, and returns every document of the cursor.
+func (b *backendClient) readAll(db, coll string, cmd bson.D) ([]bson.Raw, error) {
 	reply, err := b.run(db, cmd)
 	if err != nil {
 		return nil, err

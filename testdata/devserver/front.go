@@ -217,7 +217,8 @@ func (f *front) relay(client, backend net.Conn) error {
 }
 
 // answer returns the replies to req: from the change streams when req is theirs (they take
-// the lock only to open a stream, never to wait for events), else from the backend.
+// the lock only to open a stream, never to wait for events), from the parts of a $unionWith
+// (see unionwith.go), else from the backend.
 func (f *front) answer(backend net.Conn, backendR *bufio.Reader, req []byte) ([][]byte, error) {
 	if f.streams != nil {
 		if reply, ok := f.streams.answer(req); ok {
@@ -226,6 +227,9 @@ func (f *front) answer(backend net.Conn, backendR *bufio.Reader, req []byte) ([]
 			}
 			return [][]byte{reply}, nil
 		}
+	}
+	if u, err, ok := parseUnionAggregate(req); ok {
+		return f.answerUnion(u, err), nil
 	}
 	return f.exchange(backend, backendR, req)
 }

@@ -277,8 +277,12 @@ func (c *Engine) refused(ctx context.Context, st *claimState, filter bson.D, cau
 }
 
 // scheduleNextDue remembers when the earliest not-yet-due eligible task
-// becomes claimable, so the loop wakes then without polling.
+// becomes claimable, so the loop wakes then without polling. The
+// database's shared poll, when it serves, tells that at each poll.
 func (c *Engine) scheduleNextDue(ctx context.Context, st *claimState) {
+	if c.poll.Serving() {
+		return
+	}
 	now := c.clock.Now()
 	opts := options.FindOne().SetSort(bson.D{{Key: stored.FRunAt, Value: 1}}).SetProjection(bson.D{{Key: stored.FRunAt, Value: 1}})
 	raw, err := c.coll.FindOne(ctx, c.claimant(st, now).Future(now), opts).Raw()

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/claimchoice"
@@ -35,6 +36,7 @@ func (c *Engine) claimLoop(ctx context.Context) {
 		default:
 			c.claimAvailable(ctx, st)
 			c.settleQuiet(st, woken)
+			c.showSkipped(st)
 		}
 		timer.Reset(c.untilNextWake(st))
 		select {
@@ -135,8 +137,17 @@ func (st *claimState) adoptView(v peerView) {
 	st.peers, st.rank = v.alive, v.rank
 }
 
+// showSkipped gives the shared poll the tasks skipped now.
+func (c *Engine) showSkipped(st *claimState) {
+	keys := st.skipped.keys(c.clock.Now())
+	if p := c.skippedNow.Load(); p == nil && len(keys) == 0 || p != nil && slices.Equal(*p, keys) {
+		return
+	}
+	c.skippedNow.Store(&keys)
+}
+
 func (c *Engine) pollInterval() time.Duration {
-	if c.stream.Delivering() {
+	if c.pollServed() {
 		return c.cfg.ChangeStreamPollInterval
 	}
 	return c.cfg.PollInterval

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/mscheduler/mscheduler/mscheduler/internal/dbpoll"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/history"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/localwake"
@@ -107,6 +108,16 @@ type Engine struct {
 	stopErr     error
 
 	stream *watch.Stream // the change stream, when the server has one
+	// poll is the consumer's part of its database's shared poll, when the
+	// server has no change stream (see dbpoll.go).
+	poll *dbpoll.Probe
+	// skippedNow are the tasks the claim loop skips, as of its last pass:
+	// written by the claim loop, read by the shared poll.
+	skippedNow atomic.Pointer[[]string]
+	// dueTimer wakes the claim loop when the next task the shared poll saw
+	// becomes due (under dueMu).
+	dueMu    sync.Mutex
+	dueTimer *time.Timer
 	// activity counts the signs of work in the collection (wakes, claims
 	// that found work): the claim loop adds, the sweep loop reads it to
 	// end a quiet stretch (see quiet.go).
@@ -152,6 +163,7 @@ func New(coll *mongo.Collection, c *Config) *Engine {
 	}, carrier, con.busy)
 	con.stream = &watch.Stream{Coll: con.coll, Wake: con.wake, Cancel: con.cancelRuns, Error: con.loopError,
 		Idle: func() bool { return con.held.Load() < int64(c.Capacity) }}
+	con.poll = con.newPollProbe()
 	con.peers = &peers.Registry{Meta: upkeep.MetaCollection(con.coll), WorkerID: c.WorkerID, Groups: c.Groups, Log: con.log}
 	con.upkeep = &upkeep.Worker{
 		Coll: con.coll, ID: c.WorkerID, Clock: con.clock, RunsKept: c.RunsKept, Retention: c.Retention,
@@ -267,6 +279,7 @@ func (c *Engine) prepare(ctx context.Context, up *upkeepState) error {
 	err := g.Wait()
 	if err != nil {
 		c.stream.Close()
+		c.poll.Close()
 	}
 	return err
 }
@@ -289,6 +302,8 @@ func (c *Engine) stop(ctx context.Context) error {
 	}
 	c.unsubscribe()
 	c.stream.Close()
+	c.poll.Close()
+	c.stopDueTimer()
 	c.fetchCancel()
 	if err := c.slots.Acquire(ctx, int64(c.cfg.Capacity)); err != nil {
 		c.workCancel(ErrShutdown)

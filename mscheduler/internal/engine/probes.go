@@ -93,7 +93,6 @@ func CandidateLimit(k, peers int, spares bool) int { return candidateLimit(k, pe
 // announce forward; AnnounceSoon bounds the wait for a second announce.
 const (
 	QuietPollMaxStream  = quietPollMaxStream
-	QuietPollMaxPoll    = quietPollMaxPoll
 	QuietSweepMaxStream = quietSweepMaxStream
 	QuietSweepMaxPoll   = quietSweepMaxPoll
 )
@@ -103,3 +102,7 @@ const (
 	ReannounceGap = reannounceGap
 	AnnounceSoon  = announceSoon
 )
+
+// SharedPollServes says the database's shared poll serves the consumer
+// (see dbpoll.go).
+func (c *Engine) SharedPollServes() bool { return c.poll.Serving() }

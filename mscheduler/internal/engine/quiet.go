@@ -75,8 +75,13 @@ func (q *quiet) stretch(d time.Duration) time.Duration { return d * time.Duratio
 // quietCaps are the caps of the poll and the sweep for how the consumer
 // learns of work now.
 func (c *Engine) quietCaps() (poll, sweep int) {
-	if c.stream.Delivering() {
+	switch {
+	case c.stream.Delivering():
 		return quietPollMaxStream, quietSweepMaxStream
+	case c.poll.Serving():
+		// The shared poll finds what is due; the sweep alone still finds
+		// the runs other processes claim.
+		return quietPollMaxStream, quietSweepMaxPoll
 	}
 	return quietPollMaxPoll, quietSweepMaxPoll
 }

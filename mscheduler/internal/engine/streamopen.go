@@ -5,7 +5,8 @@ import (
 	"fmt"
 )
 
-// openStream opens the change stream unless Discovery says poll. With
+// openStream opens the change stream unless Discovery says poll, and
+// joins the database's shared poll (see dbpoll.go) when it does not. With
 // DiscoveryAuto, a server without change streams (a standalone server, the
 // development server with MSCHEDULER_DEV_NO_CHANGE_STREAMS set) means
 // polling; with DiscoveryChangeStream it is an error.
@@ -13,6 +14,7 @@ import (
 // (see watch.Stream).
 func (c *Engine) openStream(ctx context.Context) error {
 	if c.cfg.Discovery == DiscoveryPoll {
+		c.poll.Open()
 		return nil
 	}
 	if err := c.stream.Open(ctx); err != nil {
@@ -20,6 +22,7 @@ func (c *Engine) openStream(ctx context.Context) error {
 			return fmt.Errorf("mscheduler: open change stream (Discovery is change_stream): %w", err)
 		}
 		c.log.Info("no change streams on this server; polling", "poll_interval", c.cfg.PollInterval.String(), "reason", err)
+		c.poll.Open()
 	}
 	return nil
 }

@@ -1,0 +1,71 @@
+package engine
+
+import (
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mscheduler/mscheduler/mscheduler/internal/dbpoll"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/taskstate"
+)
+
+// Without a change stream, the consumers of a process poll each database
+// they serve with one command (see dbpoll): each is woken when its part
+// finds a task due, and timed for the next due time it finds. Their own
+// polls are then a fallback, as with a stream, and they look for the next
+// due time no more (see scheduleNextDue).
+
+// newPollProbe is the consumer's part of its database's poll.
+func (c *Engine) newPollProbe() *dbpoll.Probe {
+	return &dbpoll.Probe{
+		Coll:     c.coll,
+		Eligible: c.pollEligible,
+		Interval: func() time.Duration { return c.spreadOut(c.cfg.PollInterval, c.view().alive) },
+		Saw:      c.pollSaw,
+		Failed: func(err error) {
+			c.log.Warn("the database's shared poll failed; polling on its own until it is back", "error", err)
+			c.emit(Event{Kind: EventError, Err: err})
+			c.wake() // the claim loop takes its own poll interval back
+		},
+	}
+}
+
+// pollEligible is what the claim loop's claims would select, but for the
+// time: the tasks skipped as of the last pass are left out.
+func (c *Engine) pollEligible() bson.D {
+	var skipped []string
+	if p := c.skippedNow.Load(); p != nil {
+		skipped = *p
+	}
+	return taskstate.Claimant{WorkerID: c.cfg.WorkerID, Groups: c.cfg.Groups, Skipped: skipped}.Eligible()
+}
+
+// pollSaw wakes the claim loop for a task due, or when the next one will
+// be. Each poll tells the earliest afresh, so the timer takes each time.
+func (c *Engine) pollSaw(runAt time.Time) {
+	wait := runAt.Sub(c.clock.Now())
+	if wait <= 0 {
+		c.wake()
+		return
+	}
+	c.dueMu.Lock()
+	defer c.dueMu.Unlock()
+	if c.dueTimer == nil {
+		c.dueTimer = time.AfterFunc(wait, c.wake)
+		return
+	}
+	c.dueTimer.Reset(wait)
+}
+
+// stopDueTimer ends the shared poll's timing of the next due task.
+func (c *Engine) stopDueTimer() {
+	c.dueMu.Lock()
+	defer c.dueMu.Unlock()
+	if c.dueTimer != nil {
+		c.dueTimer.Stop()
+	}
+}
+
+// pollServed says the consumer learns of work by a change stream or by
+// its database's shared poll: its own poll is a fallback.
+func (c *Engine) pollServed() bool { return c.stream.Delivering() || c.poll.Serving() }
