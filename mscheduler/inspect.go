@@ -81,6 +81,10 @@ type HolderInfo struct {
 	Started         time.Time
 	LeaseUntil      time.Time // renewed by each ping
 	Attempt         int       // the local attempt, as of the last ping (0 before the first)
+	// Lease, when set, is the lease the run is renewed by in place of the
+	// task's shorter WorkerTimeout: its worker's server answered too
+	// slowly for that one (lease_ms on the holder).
+	Lease time.Duration
 }
 
 // PlanInfo is where a task's plan stands.
@@ -130,7 +134,8 @@ type RunInfo struct {
 	Outcome           Outcome
 	Started, Finished time.Time
 	LeaseUntil        time.Time
-	Planned           time.Time // for a task with a plan
+	Lease             time.Duration // a lease longer than the task's WorkerTimeout, when the run held one (lease_ms)
+	Planned           time.Time     // for a task with a plan
 	Attempts          int
 	Error             string
 	Result            bson.RawValue // as stored; decode it into the handler's R
@@ -146,6 +151,7 @@ func newRunInfo(r runRecord) RunInfo {
 	return RunInfo{
 		RunID: r.RunID, WorkerID: r.WorkerID, Outcome: r.Outcome, Started: r.Started, Finished: r.Finished,
 		LeaseUntil: r.LeaseUntil, Planned: stored.TimeOf(r.Planned), Attempts: r.Attempts, Error: r.Error, Result: r.Result,
+		Lease: stored.FromMS(max(r.LeaseMS, 0)),
 	}
 }
 
@@ -315,7 +321,8 @@ func newTaskInfo[P any](raw bson.Raw, now time.Time) *TaskInfo[P] {
 		CreatedAt: doc.CreatedAt, UpdatedAt: doc.UpdatedAt, Rev: doc.Rev,
 	}
 	for w, h := range doc.Holders {
-		info.Holders = append(info.Holders, HolderInfo{WorkerID: w, RunID: h.Run, Started: h.Started, LeaseUntil: h.LeaseUntil, Attempt: h.Attempt})
+		info.Holders = append(info.Holders, HolderInfo{WorkerID: w, RunID: h.Run, Started: h.Started, LeaseUntil: h.LeaseUntil, Attempt: h.Attempt,
+			Lease: stored.FromMS(max(h.LeaseMS, 0))})
 	}
 	slices.SortFunc(info.Holders, func(a, b HolderInfo) int { return a.Started.Compare(b.Started) })
 	if pl := doc.Plan; pl != nil {

@@ -221,6 +221,61 @@ func TestTwoSecondServerKeepsLeasesOfTasksClaimedWithAReadBack(t *testing.T) {
 	}
 }
 
+// TestTaskWhoseTimeoutTheServerCannotKeepRunsAtALongerLease: every command
+// of the worker takes 2 s, so a claim and its first ping take 4 s, more
+// than the tasks' 3 s worker timeout: the worker says so once per task and
+// runs each at a longer lease recorded on the run (lease_ms), kept by its
+// pings; its handlers run 6 s, twice the worker timeout. No lease is lost
+// or expired (a second worker on a fast path sweeps every 100 ms), each
+// task runs once, and nothing is left pending.
+func TestTaskWhoseTimeoutTheServerCannotKeepRunsAtALongerLease(t *testing.T) {
+	t.Parallel() // it waits on the delay most of its minute
+	coll := mschedulertest.Collection(t)
+	const timeout = 3 * time.Second
+	keys := publishLeased(t, coll, 2, "slow", time.Second, timeout, 1)
+	counter := newRunCounter()
+	handler := func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+		defer counter.begin(task.Key)()
+		select {
+		case <-time.After(2 * timeout):
+			return 1, nil
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		}
+	}
+	ev := mschedulertest.NewEvents()
+	warns := &warnLog{}
+	slow := fastConfig("slow", ev)
+	slow.Capacity, slow.Logger = 4, slog.New(warns)
+	startConsumer(t, dbCollection(slowClient(t, mschedulertest.FixedDelay(2*time.Second)), coll), handler, slow)
+	watch := fastConfig("watching", ev)
+	watch.SweepInterval = 100 * time.Millisecond
+	startConsumer(t, coll, handler, watch)
+
+	ev.WaitCountWithin(t, 2*time.Minute, mscheduler.EventSucceeded, len(keys))
+	if n := ev.Count(mscheduler.EventExpired) + ev.Count(mscheduler.EventLeaseLost); n != 0 {
+		t.Errorf("%d leases expired or lost", n)
+	}
+	for _, key := range keys {
+		if calls, _ := counter.counts(key); calls != 1 {
+			t.Errorf("%s: handler ran %d times, want once", key, calls)
+		}
+		raw, err := coll.FindOne(ctxT(t), bson.D{{Key: "key", Value: key}}).Raw()
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaseMS, _ := raw.Lookup("runs", "0", "lease_ms").AsInt64OK()
+		status, _ := raw.Lookup("status").StringValueOK()
+		// At 2 s round trips: twice a claim and a first ping, 2 × (2 × 2 s + 250 ms).
+		if status != "succeeded" || leaseMS < 8500 {
+			t.Errorf("%s: status %q, run's lease_ms %d; want succeeded at a lease of at least 8.5 s", key, status, leaseMS)
+		}
+	}
+	if n := warns.count("server too slow to keep the task's worker timeout"); n != len(keys) {
+		t.Errorf("said %d times that a task runs at a longer lease, want once per task (%d): %q", n, len(keys), warns.msgs)
+	}
+}
+
 // logOnFailure is a logger whose records (INFO and above) are written to
 // the test's log if it fails.
 func logOnFailure(t *testing.T) *slog.Logger {
@@ -257,9 +312,12 @@ func (a *adjustableDelay) delay(string, time.Duration) time.Duration {
 
 // TestGrowingDelayThrottlesThenRecovers: the server answers one worker
 // slower and slower, past its tasks' 5 s lease. The worker takes less,
-// then nothing, and says so; runs whose leases lapse are recovered by a
-// second worker; every task is done. Once the delay is gone and the work
-// done, the first worker is back to its full capacity within 30 s.
+// and says so, and that the server is too slow for the tasks' lease (runs
+// it claims then get a longer one, see
+// TestTaskWhoseTimeoutTheServerCannotKeepRunsAtALongerLease), but never
+// stops taking work; a second worker joins; every task is done. Once the
+// delay is gone and the work done, the first worker is back to its full
+// capacity within 30 s.
 func TestGrowingDelayThrottlesThenRecovers(t *testing.T) {
 	coll := mschedulertest.Collection(t)
 	keys := publishLeased(t, coll, 200, "", time.Second, 5*time.Second, 10)
@@ -289,9 +347,15 @@ func TestGrowingDelayThrottlesThenRecovers(t *testing.T) {
 		delay.set(d)
 		<-time.After(250 * time.Millisecond)
 	}
-	waitUntil(t, time.Minute, "the slowed worker to take nothing new", func() bool { return slowing.Pressure().Limit == 0 })
-	if warns.count("server slow") == 0 || warns.count("server too slow to keep") == 0 {
+	waitUntil(t, time.Minute, "the slowed worker to take less", func() bool { return slowing.Pressure().Limit < cfg.Capacity })
+	waitUntil(t, time.Minute, "a WARN that the server is too slow for the tasks' lease", func() bool {
+		return warns.count("server too slow to keep") > 0
+	})
+	if warns.count("server slow") == 0 {
 		t.Errorf("no WARN when throttling: %q", warns.msgs)
+	}
+	if limit := slowing.Pressure().Limit; limit == 0 {
+		t.Errorf("limit 0: tasks whose lease the server cannot keep would be left pending, not run at a longer lease")
 	}
 	// Its slots may all be held by runs whose ends are on their way when
 	// the limit falls: the free slots it leaves are counted as they free.

@@ -18,6 +18,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
 )
@@ -36,20 +38,38 @@ type Probe struct {
 	// Saw is told the earliest run_at among the tasks Eligible selects,
 	// after each poll that found one: due, or when one will be.
 	Saw func(runAt time.Time)
-	// Failed is told a poll failed; the consumer then polls on its own
-	// until a poll that includes it succeeds (Serving).
+	// Failed is told a poll failed, once until a poll succeeds again; the
+	// consumer then polls on its own until one does (Serving). It is
+	// called on the poll's goroutine: it must only note the error.
 	Failed func(err error)
 
-	sh      atomic.Pointer[poller]
-	serving atomic.Bool // written by the poller's loop, read by the consumer
+	sh atomic.Pointer[poller]
+	// servedUntil is when the last poll that included the probe and
+	// succeeded stops vouching for it (see served), as time since
+	// clockStart; 0 when none does. Written by the poller's loop, read by
+	// the consumer.
+	servedUntil atomic.Int64
 	// failing says the last poll failed and Failed was told, so that polls
 	// that go on failing tell it once. Under pollers.mu.
 	failing bool
 }
 
-// Serving says the last poll of the database included this consumer and
-// succeeded: the consumer's own polls are a fallback.
-func (p *Probe) Serving() bool { return p.sh.Load() != nil && p.serving.Load() }
+// Serving says a poll of the database included this consumer and
+// succeeded lately, and the next is not overdue: the consumer's own polls
+// are a fallback. A poll that hangs on a stalled server stops vouching for
+// the consumers it has not reached after two intervals and its timeout.
+func (p *Probe) Serving() bool {
+	return p.sh.Load() != nil && time.Since(clockStart).Nanoseconds() < p.servedUntil.Load()
+}
+
+// clockStart anchors servedUntil on the monotonic clock.
+var clockStart = time.Now()
+
+// served marks the probe served by a poll that succeeded now, for two
+// intervals and a poll's timeout.
+func (p *Probe) served(every time.Duration) {
+	p.servedUntil.Store((time.Since(clockStart) + 2*every + pollTimeout(every)).Nanoseconds())
+}
 
 // Open joins the poll of the probe's database, starting it if this is the
 // process's first consumer there. The probe is served from the next poll.
@@ -81,8 +101,11 @@ type poller struct {
 }
 
 func join(p *Probe) {
-	db := p.Coll.Database()
-	key := dbKey{client: db.Client(), db: db.Name()}
+	key := dbKey{client: p.Coll.Database().Client(), db: p.Coll.Database().Name()}
+	// From the primary, as claims read: a secondary that lags would hide
+	// tasks just published, while the consumers' own polls wait as a
+	// fallback.
+	db := key.client.Database(key.db, options.Database().SetReadPreference(readpref.Primary()))
 	pollers.mu.Lock()
 	defer pollers.mu.Unlock()
 	if p.sh.Load() != nil {
@@ -96,7 +119,7 @@ func join(p *Probe) {
 		go func() { defer close(sh.done); sh.loop(ctx) }()
 	}
 	sh.probes = append(sh.probes, p)
-	p.serving.Store(false)
+	p.servedUntil.Store(0)
 	p.sh.Store(sh)
 	select {
 	case sh.joined <- struct{}{}:
@@ -184,6 +207,7 @@ func (sh *poller) pollSome(ctx context.Context, probes []*Probe, every time.Dura
 	for _, p := range probes {
 		filter := p.Eligible()
 		if filter == nil {
+			p.servedUntil.Store(0) // left out: it polls on its own
 			continue
 		}
 		stages := partStages(filter, len(parts))
@@ -206,7 +230,7 @@ func (sh *poller) pollSome(ctx context.Context, probes []*Probe, every time.Dura
 	if ctx.Err() != nil {
 		return
 	}
-	for _, p := range sh.tell(parts, found, err) {
+	for _, p := range sh.tell(parts, found, err, every) {
 		p.Failed(err)
 	}
 }
@@ -215,7 +239,7 @@ func (sh *poller) pollSome(ctx context.Context, probes []*Probe, every time.Dura
 // serving or not; it returns the probes to tell of err, which are told
 // outside the lock (Failed may log and call out). Under the lock, so that
 // no probe is told what it saw once its Close returned.
-func (sh *poller) tell(parts []*Probe, found map[int]time.Time, err error) (failed []*Probe) {
+func (sh *poller) tell(parts []*Probe, found map[int]time.Time, err error, every time.Duration) (failed []*Probe) {
 	pollers.mu.Lock()
 	defer pollers.mu.Unlock()
 	for i, p := range parts {
@@ -223,14 +247,14 @@ func (sh *poller) tell(parts []*Probe, found map[int]time.Time, err error) (fail
 			continue
 		}
 		if err != nil {
-			p.serving.Store(false)
+			p.servedUntil.Store(0)
 			if !p.failing {
 				failed = append(failed, p)
 			}
 			p.failing = true
 			continue
 		}
-		p.serving.Store(true)
+		p.served(every)
 		p.failing = false
 		if at, ok := found[i]; ok {
 			p.Saw(at)
@@ -240,17 +264,19 @@ func (sh *poller) tell(parts []*Probe, found map[int]time.Time, err error) (fail
 }
 
 // partStages is the pipeline of one probe's part: its earliest eligible
-// task's run_at, tagged with the part's index. Only dates: a run_at set
-// by hand to a number or a string sorts before every date, and would hide
-// the tasks due (no claim takes such a task either).
+// task's run_at, tagged with the part's index. Only dates, and no array:
+// a run_at set by hand to a number or a string sorts before every date,
+// and so does an array that holds one beside a date, which $type "date"
+// matches; either would hide the tasks due.
 func partStages(filter bson.D, tag int) mongo.Pipeline {
-	match := append(append(bson.D{}, filter...), bson.E{Key: stored.FRunAt, Value: bson.D{{Key: "$type", Value: "date"}}})
+	runAt := bson.D{{Key: "$type", Value: "date"}, {Key: "$not", Value: bson.D{{Key: "$type", Value: "array"}}}}
+	match := append(append(bson.D{}, filter...), bson.E{Key: stored.FRunAt, Value: runAt})
 	return mongo.Pipeline{
 		{{Key: "$match", Value: match}},
 		{{Key: "$sort", Value: bson.D{{Key: stored.FRunAt, Value: 1}}}},
 		{{Key: "$limit", Value: 1}},
 		{{Key: "$project", Value: bson.D{{Key: stored.FID, Value: 0}, {Key: stored.FRunAt, Value: 1}}}},
-		{{Key: "$set", Value: bson.D{{Key: partTag, Value: tag}}}},
+		{{Key: "$addFields", Value: bson.D{{Key: partTag, Value: tag}}}},
 	}
 }
 

@@ -57,8 +57,8 @@ func (s *sightings) last() (time.Time, int) {
 // TestOneCommandPollsEveryCollectionOfADatabase: three consumers of three
 // collections of one database are polled by one aggregate per interval;
 // each is told the earliest run_at among its own eligible tasks (a run_at
-// that is no date is passed by), and only the consumers whose collection
-// has one are told anything.
+// that is no date, or an array, is passed by), and only the consumers
+// whose collection has one are told anything.
 func TestOneCommandPollsEveryCollectionOfADatabase(t *testing.T) {
 	var mu sync.Mutex
 	aggregates, others := 0, 0
@@ -88,6 +88,7 @@ func TestOneCommandPollsEveryCollectionOfADatabase(t *testing.T) {
 			{{Key: "_id", Value: "early"}, {Key: "status", Value: "pending"}, {Key: "run_at", Value: t0}},
 			{{Key: "_id", Value: "done"}, {Key: "status", Value: "succeeded"}, {Key: "run_at", Value: t0.Add(-time.Hour)}},
 			{{Key: "_id", Value: "by-hand"}, {Key: "status", Value: "pending"}, {Key: "run_at", Value: 7}},
+			{{Key: "_id", Value: "by-hand-array"}, {Key: "status", Value: "pending"}, {Key: "run_at", Value: bson.A{0, t0.Add(-time.Hour)}}},
 		},
 		2: {{{Key: "_id", Value: "done"}, {Key: "status", Value: "succeeded"}, {Key: "run_at", Value: t0}}},
 	}

@@ -42,12 +42,12 @@ const (
 )
 
 // shortestLease is the shortest lease that claims of the candidates take
-// before their first pings.
-func shortestLease(cands []claimchoice.Candidate) time.Duration {
+// before their first pings, stretched as the pass stretches them.
+func shortestLease(st *claimState, cands []claimchoice.Candidate) time.Duration {
 	out := claimLease
 	for _, cd := range cands {
 		if cd.WorkerTimeoutMS > 0 {
-			out = min(out, stored.FromMS(cd.WorkerTimeoutMS))
+			out = min(out, st.runLease(stored.FromMS(cd.WorkerTimeoutMS)))
 		}
 	}
 	return out
@@ -62,9 +62,9 @@ const readBackRounds = 3
 // claimedAsRead) that the server is too slow for: readBackRounds round
 // trips, each as slow as the slowest of late, would not fit in the
 // shortest of their leases.
-func (c *Engine) readBackTooSlow(chosen []claimchoice.Candidate) bool {
+func (c *Engine) readBackTooSlow(st *claimState, chosen []claimchoice.Candidate) bool {
 	needed := slices.ContainsFunc(chosen, func(cd claimchoice.Candidate) bool { return !cd.Exact })
-	return needed && !c.limiter.Affords(readBackRounds, shortestLease(chosen))
+	return needed && !c.limiter.Affords(readBackRounds, shortestLease(st, chosen))
 }
 
 // exactOnly is the candidates that can be claimed without a read back.
@@ -98,14 +98,14 @@ func (c *Engine) claimBatch(ctx context.Context, st *claimState, k int) ([]claim
 			c.limiter.KeepWithin(stored.FromMS(cd.WorkerTimeoutMS)) // before the claim's round trip is weighed
 		}
 	}
-	if c.readBackTooSlow(chosen) {
+	if c.readBackTooSlow(st, chosen) {
 		// The claim's write, its read back and the runs' first pings would
 		// not fit in their leases as slowly as the server answers now: the
 		// candidates that need no read back are claimed, or, if none, one
 		// slot by a findAndModify, whose reply is the task as claimed.
 		// Claimed anyway, the runs began with less lease left than a ping
 		// takes, and were lost at once.
-		c.log.Debug("server too slow for a claim's read back within the lease: claiming without one", "lease", shortestLease(chosen))
+		c.log.Debug("server too slow for a claim's read back within the lease: claiming without one", "lease", shortestLease(st, chosen))
 		if chosen, tried = exactOnly(chosen), false; len(chosen) == 0 {
 			raw, runID, err := c.claimOne(ctx, st)
 			if err != nil || raw == nil {
@@ -130,7 +130,7 @@ func (c *Engine) claimBatch(ctx context.Context, st *claimState, k int) ([]claim
 		models[i] = mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(c.claimUpdateOf(st, runIDs[i], now, cd))
 	}
 	// As for a single claim, a stop does not interrupt the write.
-	wctx, cancel := c.claimCtx(shortestLease(chosen))
+	wctx, cancel := c.claimCtx(shortestLease(st, chosen))
 	defer cancel()
 	sent := time.Now()
 	res, werr := c.coll.BulkWrite(wctx, models, options.BulkWrite().SetOrdered(false))
@@ -290,7 +290,8 @@ const (
 func (c *Engine) claimedAsRead(st *claimState, chosen []claimchoice.Candidate, runIDs []string, now time.Time) ([]claimed, bool) {
 	out := make([]claimed, len(chosen))
 	for i, cd := range chosen {
-		raw, err := taskstate.ClaimedAsRead(cd.Raw, c.cfg.WorkerID, c.claimHolder(runIDs[i], now), now, c.claimExpiry(st, now, stored.FromMS(cd.WorkerTimeoutMS)))
+		timeout := stored.FromMS(cd.WorkerTimeoutMS)
+		raw, err := taskstate.ClaimedAsRead(cd.Raw, c.cfg.WorkerID, c.claimHolder(st, runIDs[i], now, timeout), now, c.claimExpiry(st, now, timeout))
 		if err != nil {
 			return nil, false
 		}
@@ -380,7 +381,7 @@ func appendBounded(ids []string, id string) []string {
 // shortest among the tasks this worker claimed last, a guess that
 // tightenExpiry corrects once the claim's reply tells the task's own.
 func (c *Engine) claimUpdate(st *claimState, runID string, now time.Time, timeout time.Duration) bson.D {
-	return taskstate.Claim(c.cfg.WorkerID, c.claimHolder(runID, now), c.claimExpiry(st, now, timeout), now)
+	return taskstate.Claim(c.cfg.WorkerID, c.claimHolder(st, runID, now, timeout), c.claimExpiry(st, now, timeout), now)
 }
 
 // claimUpdateOf is claimUpdate for a candidate read in full.
@@ -388,9 +389,15 @@ func (c *Engine) claimUpdateOf(st *claimState, runID string, now time.Time, cd c
 	return c.claimUpdate(st, runID, now, stored.FromMS(cd.WorkerTimeoutMS))
 }
 
-// claimHolder is the holder entry a claim at now writes for run runID.
-func (c *Engine) claimHolder(runID string, now time.Time) stored.Holder {
-	return stored.Holder{Run: runID, Started: now, LeaseUntil: now.Add(claimLease)}
+// claimHolder is the holder entry a claim at now writes for run runID of
+// a task whose worker timeout is timeout (0: not read), with a longer
+// lease when the server is too slow for that one (see stretchFor).
+func (c *Engine) claimHolder(st *claimState, runID string, now time.Time, timeout time.Duration) stored.Holder {
+	h := stored.Holder{Run: runID, Started: now, LeaseUntil: now.Add(claimLease)}
+	if to := st.stretchFor(timeout); to > 0 {
+		h.LeaseMS = to.Milliseconds()
+	}
+	return h
 }
 
 // claimExpiry is the next_expiry a claim at now lowers its task's to.

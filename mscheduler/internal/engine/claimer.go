@@ -89,7 +89,7 @@ func (c *Engine) claimOne(ctx context.Context, st *claimState) (bson.Raw, string
 	// A claim the server applied must reach its run, so a stop does not
 	// interrupt the command (the loop checks ctx before each claim): a claim
 	// lost on the way back would hold its slot until the lease lapsed.
-	wctx, cancel := c.claimCtx(st.leases.shortest())
+	wctx, cancel := c.claimCtx(st.runLease(0))
 	defer cancel()
 	sent := time.Now()
 	raw, err := c.caps.FindOneAndUpdate(wctx, c.coll, filter, update, opts, bson.D{{Key: stored.FRuns, Value: 0}}).Raw()

@@ -28,6 +28,7 @@ func (c *Engine) claimLoop(ctx context.Context) {
 	for {
 		// Measured again at once after a wall-clock step. Without a
 		// measure, no claim: its lease would rest on a stale clock.
+		c.sayPollFailed(ctx)
 		clockErr := c.clock.Ensure(ctx, c.coll.Database())
 		switch {
 		case !woken && !c.claimDue(st):
@@ -121,6 +122,10 @@ type claimState struct {
 	foundNothing bool
 	emptyPolls   int // polls in a row that found nothing, no wake between
 	quiet        quiet
+	// stretch is the limiter's Stretch as the pass began: every claim of
+	// the pass records the same lease_ms on its run, in its write and in
+	// the task as claimed that it builds without a read (claimedAsRead).
+	stretch struct{ need, to time.Duration }
 	// heldUntil, when set, is when candidates of other shares that the
 	// pass's last claim left to their consumers may be taken: the pass
 	// ends, and heldUntil brings the next look (freed slots do not, before
@@ -137,13 +142,14 @@ func (st *claimState) adoptView(v peerView) {
 	st.peers, st.rank = v.alive, v.rank
 }
 
-// showSkipped gives the shared poll the tasks skipped now.
+// showSkipped gives the shared poll the tasks skipped, with until when.
 func (c *Engine) showSkipped(st *claimState) {
-	keys := st.skipped.keys(c.clock.Now())
-	if p := c.skippedNow.Load(); p == nil && len(keys) == 0 || p != nil && slices.Equal(*p, keys) {
+	st.skipped.keys(c.clock.Now()) // forgets those expired
+	if p := c.skippedNow.Load(); p == nil && len(st.skipped) == 0 || p != nil && slices.Equal(*p, st.skipped) {
 		return
 	}
-	c.skippedNow.Store(&keys)
+	list := slices.Clone(st.skipped)
+	c.skippedNow.Store(&list)
 }
 
 func (c *Engine) pollInterval() time.Duration {
@@ -192,6 +198,7 @@ func (c *Engine) claimAvailable(ctx context.Context, st *claimState) {
 	st.pollAt, st.passAt, st.foundNothing = now.Add(jitter(poll)), now, false
 	st.due.PopDue(now)
 	st.heldUntil = time.Time{}
+	st.stretch.need, st.stretch.to = c.limiter.Stretch()
 	c.confirmLostClaims(ctx, st)
 	if c.gathering(st, now) {
 		return

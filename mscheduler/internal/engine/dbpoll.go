@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -23,19 +24,39 @@ func (c *Engine) newPollProbe() *dbpoll.Probe {
 		Interval: func() time.Duration { return c.spreadOut(c.cfg.PollInterval, c.view().alive) },
 		Saw:      c.pollSaw,
 		Failed: func(err error) {
-			c.log.Warn("the database's shared poll failed; polling on its own until it is back", "error", err)
-			c.emit(Event{Kind: EventError, Err: err})
+			// Told by the claim loop (sayPollFailed), not on the poll's
+			// goroutine, which serves every consumer of the database.
+			c.pollErr.Store(&err)
 			c.wake() // the claim loop takes its own poll interval back
 		},
 	}
 }
 
+// sayPollFailed reports a failure of the shared poll, once told. Called
+// by the claim loop.
+func (c *Engine) sayPollFailed(ctx context.Context) {
+	if err := c.pollErr.Swap(nil); err != nil && ctx.Err() == nil {
+		c.log.Warn("the database's shared poll failed; polling on its own until it is back", "error", *err)
+		c.emit(Event{Kind: EventError, Err: *err})
+	}
+}
+
 // pollEligible is what the claim loop's claims would select, but for the
-// time: the tasks skipped as of the last pass are left out.
+// time: the tasks skipped now (as of the last pass's list) are left out.
+// Nil while every slot is taken: no wake could start a claim, and the
+// part would cost the server a read for nothing.
 func (c *Engine) pollEligible() bson.D {
+	if c.held.Load() >= int64(c.cfg.Capacity) {
+		return nil
+	}
 	var skipped []string
 	if p := c.skippedNow.Load(); p != nil {
-		skipped = *p
+		now := c.clock.Now()
+		for _, s := range *p {
+			if now.Before(s.until) {
+				skipped = append(skipped, s.key)
+			}
+		}
 	}
 	return taskstate.Claimant{WorkerID: c.cfg.WorkerID, Groups: c.cfg.Groups, Skipped: skipped}.Eligible()
 }

@@ -111,13 +111,20 @@ type Engine struct {
 	// poll is the consumer's part of its database's shared poll, when the
 	// server has no change stream (see dbpoll.go).
 	poll *dbpoll.Probe
-	// skippedNow are the tasks the claim loop skips, as of its last pass:
-	// written by the claim loop, read by the shared poll.
-	skippedNow atomic.Pointer[[]string]
+	// skippedNow are the tasks the claim loop skips, and until when, as of
+	// its last pass: written by the claim loop, read by the shared poll.
+	skippedNow atomic.Pointer[skipList]
+	// pollErr is a failure of the shared poll not yet reported: written by
+	// the poll, taken by the claim loop.
+	pollErr atomic.Pointer[error]
 	// dueTimer wakes the claim loop when the next task the shared poll saw
 	// becomes due (under dueMu).
 	dueMu    sync.Mutex
 	dueTimer *time.Timer
+	// stretchedSaid are the tasks whose longer lease was logged (under
+	// stretchedMu; see sayStretched).
+	stretchedMu   sync.Mutex
+	stretchedSaid map[string]struct{}
 	// activity counts the signs of work in the collection (wakes, claims
 	// that found work): the claim loop adds, the sweep loop reads it to
 	// end a quiet stretch (see quiet.go).

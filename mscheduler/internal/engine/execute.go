@@ -77,6 +77,10 @@ func (c *Engine) leasedRun(doc *stored.Task) *lease.Run {
 		WorkerTimeout: stored.FromMS(doc.WorkerTimeoutMS),
 		Doc:           doc,
 	}
+	if lease := taskstate.RunLease(h, r.WorkerTimeout); lease > r.WorkerTimeout {
+		r.LeaseFloor = lease
+		c.sayStretched(doc.Key, r.WorkerTimeout, lease)
+	}
 	r.SetLease(taskstate.EffectiveLease(h, stored.FromMS(doc.WorkerTimeoutMS)))
 	return r
 }
@@ -181,6 +185,7 @@ func (c *Engine) newRunEnd(r *lease.Run, attempts int) *runend.End {
 		Record: stored.RunRecord{
 			RunID: r.RunID, WorkerID: c.cfg.WorkerID, Started: r.Started,
 			LeaseUntil: r.Lease(), Finished: now, Attempts: attempts, Planned: doc.Planned(),
+			LeaseMS: r.LeaseFloor.Milliseconds(),
 		},
 		Distinct:      doc.DistinctWorkers,
 		MaxFailedRuns: doc.MaxFailedRuns,

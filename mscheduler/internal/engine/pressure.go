@@ -47,10 +47,50 @@ func (c *Engine) Pressure() Pressure {
 // server is slow, pings near their lease and run ends being written go
 // before new claims: none is sent until they are answered.
 func (c *Engine) allowedMore() int {
-	if c.limiter.Throttled() && (c.ending.Load() > 0 || c.pinger.Pressed()) {
+	if c.limiter.Throttled() && (c.ending.Load() > 0 || c.pinger.Pressed()) || c.tooSlowToStretch() {
 		return 0
 	}
 	return c.limiter.Limit() - int(c.held.Load())
+}
+
+// Runs whose task's worker timeout the server is too slow to keep get a
+// longer lease (see pressure.Limiter.Stretch), recorded on the holder as
+// lease_ms: the task runs, slower, rather than stay pending. A lease
+// longer than ClaimLease cannot be stretched to: until its first ping, a
+// run holds the claim's lease_until at most.
+const maxStretch = claimLease
+
+// tooSlowToStretch says a run of the shortest lease seen would need a
+// lease longer than maxStretch: the server takes seconds a round trip,
+// and nothing new is claimed until it answers faster.
+func (c *Engine) tooSlowToStretch() bool {
+	need, to := c.limiter.Stretch()
+	return to > maxStretch && need >= c.limiter.ShortestLease()
+}
+
+// runLease is the lease a run of a task whose lease is lease (0: not
+// read) holds when claimed in this pass.
+func (st *claimState) runLease(lease time.Duration) time.Duration {
+	if to := st.stretchFor(lease); to > 0 {
+		return to
+	}
+	if lease <= 0 {
+		return st.leases.shortest()
+	}
+	return lease
+}
+
+// stretchFor is the lease lease_ms records for a run whose task's lease
+// is lease, by the stretch the pass took (st.stretch): 0 when the task's
+// own holds.
+func (st *claimState) stretchFor(lease time.Duration) time.Duration {
+	if lease <= 0 {
+		lease = st.leases.shortest()
+	}
+	if st.stretch.need == 0 || lease > st.stretch.need || st.stretch.to > maxStretch {
+		return 0
+	}
+	return st.stretch.to
 }
 
 // holdBack ends a claim pass that the limit stops: the free slots left
@@ -61,7 +101,7 @@ func (c *Engine) holdBack(ctx context.Context, st *claimState) {
 	free := c.cfg.Capacity - int(c.held.Load())
 	c.limiter.HoldBack(free)
 	st.pollAt = minTime(st.pollAt, c.clock.Now().Add(max(c.limiter.Latency(), pressure.MinStep)))
-	if c.limiter.Limit() == 0 && c.held.Load() == 0 {
+	if c.held.Load() == 0 && c.tooSlowToStretch() {
 		start := time.Now()
 		if err := c.coll.Database().RunCommand(ctx, bson.D{{Key: "ping", Value: 1}}).Err(); err == nil {
 			c.commandTook(time.Since(start))
@@ -80,7 +120,7 @@ func (c *Engine) pressureChanged(ch pressure.Change) {
 	args := []any{"limit", ch.Limit, "capacity", ch.Max, "latency", ch.Latency.Round(time.Millisecond), "baseline", ch.Baseline.Round(time.Millisecond)}
 	switch {
 	case ch.Unkeepable:
-		c.log.Warn("server too slow to keep a new run's lease: claiming nothing until it answers faster", args...)
+		c.log.Warn("server too slow to keep the shortest worker timeout: runs of such tasks get a longer lease, recorded as lease_ms", args...)
 	case ch.Limit < ch.Was:
 		c.log.Warn("server slow: holding fewer runs", args...)
 	case ch.Limit == ch.Max:
@@ -98,3 +138,25 @@ func monotonicNow(mono func() time.Duration) func() time.Time {
 	base := time.Unix(0, 0)
 	return func() time.Time { return base.Add(mono()) }
 }
+
+// sayStretched says, once per task (of the last maxStretchedSaid), that a
+// run of it holds a longer lease than its worker timeout: the server
+// answered too slowly for that one.
+func (c *Engine) sayStretched(key string, timeout, lease time.Duration) {
+	c.stretchedMu.Lock()
+	_, said := c.stretchedSaid[key]
+	if !said {
+		if c.stretchedSaid == nil || len(c.stretchedSaid) >= maxStretchedSaid {
+			c.stretchedSaid = map[string]struct{}{}
+		}
+		c.stretchedSaid[key] = struct{}{}
+	}
+	c.stretchedMu.Unlock()
+	if !said {
+		c.log.Warn("server too slow to keep the task's worker timeout: running it at a longer lease (lease_ms on its run)",
+			"key", key, "worker_timeout", timeout, "lease", lease, "latency", c.limiter.Latency().Round(time.Millisecond))
+	}
+}
+
+// maxStretchedSaid bounds the tasks sayStretched remembers.
+const maxStretchedSaid = 1024

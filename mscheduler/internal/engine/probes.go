@@ -45,7 +45,8 @@ func ClaimBothWays(ctx context.Context, coll *mongo.Collection, key string) (ser
 	if err != nil {
 		return nil, nil, true, err
 	}
-	local, err = taskstate.ClaimedAsRead(before, "w", c.claimHolder(runID, now), now, c.claimExpiry(st, now, stored.FromMS(cd.WorkerTimeoutMS)))
+	timeout := stored.FromMS(cd.WorkerTimeoutMS)
+	local, err = taskstate.ClaimedAsRead(before, "w", c.claimHolder(st, runID, now, timeout), now, c.claimExpiry(st, now, timeout))
 	return server, local, true, err
 }
 

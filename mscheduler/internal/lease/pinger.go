@@ -75,11 +75,15 @@ type Run struct {
 	// Set before Add, then owned by the pinger loop.
 	SoleHolder    bool
 	PingInterval  time.Duration
-	WorkerTimeout time.Duration
-	nextPing      time.Time // server time
-	pinging       bool      // a ping of the run is in flight
-	failures      int       // pings failed in a row
-	ignored       string    // ping settings last ignored, so each is logged once
+	WorkerTimeout time.Duration // the task's, as last read
+	// LeaseFloor is the least lease the run is renewed by, when its claim
+	// gave it a longer one than WorkerTimeout (its holder's lease_ms);
+	// an edit of the task's worker timeout does not undo it.
+	LeaseFloor time.Duration
+	nextPing   time.Time // server time
+	pinging    bool      // a ping of the run is in flight
+	failures   int       // pings failed in a row
+	ignored    string    // ping settings last ignored, so each is logged once
 }
 
 // Held is done once the run's lease is gone or the run has left the
@@ -90,6 +94,9 @@ func (r *Run) Held() context.Context {
 	}
 	return r.held
 }
+
+// leaseLength is the lease each ping renews the run by.
+func (r *Run) leaseLength() time.Duration { return max(r.WorkerTimeout, r.LeaseFloor) }
 
 // FirstPinged is closed once the run's first ping is answered (renewed,
 // failed, or found the run taken away), or the run left the pinger or
@@ -458,7 +465,7 @@ func (p *Pinger) send(ctx context.Context, runs []*Run, now time.Time) {
 	for i, r := range runs {
 		r.pinging = true
 		r.nextPing = now.Add(p.interval(r))
-		items[i] = pingItem{run: r, lease: now.Add(r.WorkerTimeout), attempt: int(r.Attempt.Load()), sole: r.SoleHolder}
+		items[i] = pingItem{run: r, lease: now.Add(r.leaseLength()), attempt: int(r.Attempt.Load()), sole: r.SoleHolder}
 		timeout = min(timeout, max(r.Lease().Sub(now), time.Millisecond))
 	}
 	p.log.Debug("ping", "runs", len(runs), "key", runs[0].Key, "lease_left", timeout.Round(time.Millisecond), "round_trip", p.latency.Round(time.Millisecond))
@@ -774,8 +781,8 @@ func (p *Pinger) Len() int {
 // lapsedEndGrace is how long after its lease lapsed the end of a finished
 // run is still tried: one more lease.
 func lapsedEndGrace(r *Run) time.Duration {
-	if r.WorkerTimeout > 0 {
-		return r.WorkerTimeout
+	if d := r.leaseLength(); d > 0 {
+		return d
 	}
 	return time.Minute
 }

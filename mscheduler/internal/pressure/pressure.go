@@ -16,12 +16,13 @@
 // only after a round trip.
 //
 // A second rule rests on the lease: a run claimed now is kept only if its
-// claim and first ping are answered within the shortest lease the worker
-// has seen; when the latency says they would not be, nothing new is
-// taken (the runs held are still renewed). And a claim that takes more
-// round trips before its runs' first pings asks Affords, which weighs the
-// slowest round trip of the window rather than the average: its runs'
-// leases count from its first command.
+// claim and first ping are answered within its lease. A task whose worker
+// timeout the latency leaves no room in is not left pending while the
+// server stays that slow: its runs get a longer lease, one the server can
+// keep (Stretch), which the claim records on the run. And a claim that
+// takes more round trips before its runs' first pings asks Affords, which
+// weighs the slowest round trip of the window rather than the average:
+// its runs' leases count from its first command.
 package pressure
 
 import (
@@ -63,7 +64,7 @@ type Change struct {
 	Latency         time.Duration // the average that set it off
 	Baseline        time.Duration
 	// Unkeepable says the latency leaves no room in the shortest lease for
-	// a claim and its first ping: nothing new is taken.
+	// a claim and its first ping: such runs get a longer lease (Stretch).
 	Unkeepable bool
 }
 
@@ -181,15 +182,31 @@ func (l *Limiter) adjust(now time.Time) (Change, bool) {
 	return Change{Was: was, Limit: l.allowed(), Max: l.max, Latency: l.fast, Baseline: base}, true
 }
 
-func (l *Limiter) allowed() int {
-	if l.stuck {
-		return 0
+func (l *Limiter) allowed() int { return l.limit }
+
+// Stretch says which leases a run claimed now cannot be kept within, and
+// the lease such a run gets instead: a lease of at most need leaves no
+// room for the claim and its first ping at the current latency, with Floor
+// to spare; to is twice what they take at the slowest round trip of the
+// window, rounded up to stretchStep. Both are 0 before the first round trip.
+func (l *Limiter) Stretch() (need, to time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fast == 0 {
+		return 0, 0
 	}
-	return l.limit
+	l.roll(l.now())
+	peak := max(l.fast, slices.Max(l.maxs[:]))
+	need = 2*l.fast + Floor
+	to = 2 * (2*peak + Floor)
+	return need, (to + stretchStep - 1) / stretchStep * stretchStep
 }
 
-// Limit is how many runs the worker may hold now: 0 when nothing new may
-// be taken.
+// stretchStep rounds a stretched lease, so that runs claimed together get
+// the same one.
+const stretchStep = 100 * time.Millisecond
+
+// Limit is how many runs the worker may hold now.
 func (l *Limiter) Limit() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -214,6 +231,13 @@ func (l *Limiter) KeepWithin(lease time.Duration) {
 	if lease > 0 && (l.lease == 0 || lease < l.lease) {
 		l.lease = lease
 	}
+}
+
+// ShortestLease is the shortest lease KeepWithin was given (0: none).
+func (l *Limiter) ShortestLease() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lease
 }
 
 // HoldBack counts n free slots left unclaimed because of the limit.

@@ -60,20 +60,40 @@ func TestFastServersAreNeverSlow(t *testing.T) {
 	}
 }
 
-// TestUnkeepableLeaseTakesNothing: when a claim and its first ping would
-// not fit in the shortest lease, nothing new is taken until they would.
-func TestUnkeepableLeaseTakesNothing(t *testing.T) {
+// TestUnkeepableLeaseIsStretched: when a claim and its first ping would
+// not fit in the shortest lease, the worker is told so and still takes
+// work: Stretch names the leases too short to keep and the longer one
+// their runs get, which fits the claim and first ping twice at the slowest
+// round trip; once the latency falls, no lease needs stretching.
+func TestUnkeepableLeaseIsStretched(t *testing.T) {
 	c := &fakeClock{t: time.Unix(0, 0)}
 	var changes []Change
 	l := New(8, c.now, func(ch Change) { changes = append(changes, ch) })
+	if need, to := l.Stretch(); need != 0 || to != 0 {
+		t.Fatalf("before any round trip: Stretch = %s, %s; want none", need, to)
+	}
 	l.KeepWithin(5 * time.Second)
 	observeFor(l, c, 3*time.Second, 100*time.Millisecond, 5*time.Second)
-	if l.Limit() != 0 || len(changes) == 0 || !changes[0].Unkeepable {
-		t.Fatalf("3 s round trips, 5 s leases: limit %d, changes %+v; want 0, said", l.Limit(), changes)
+	l.Observe(3500 * time.Millisecond) // the slowest of the window
+	if len(changes) == 0 || !changes[0].Unkeepable {
+		t.Fatalf("3 s round trips, 5 s leases: changes %+v; want one saying so", changes)
 	}
-	observeFor(l, c, 20*time.Millisecond, 100*time.Millisecond, 30*time.Second)
 	if l.Limit() == 0 {
-		t.Fatal("still taking nothing after the latency fell")
+		t.Fatal("the limit fell to 0: a task whose lease the server cannot keep would stay pending")
+	}
+	need, to := l.Stretch()
+	if need < 5*time.Second {
+		t.Errorf("need %s: a 5 s lease is not keepable at 3 s round trips", need)
+	}
+	if want := 2 * (2*3500*time.Millisecond + Floor); to < want || to%stretchStep != 0 {
+		t.Errorf("stretched to %s, want at least %s, a multiple of %s", to, want, stretchStep)
+	}
+	observeFor(l, c, 20*time.Millisecond, 100*time.Millisecond, 2*BaselineWindow)
+	if need, _ := l.Stretch(); need >= 5*time.Second {
+		t.Fatalf("need %s after the latency fell to 20 ms", need)
+	}
+	if last := changes[len(changes)-1]; last.Unkeepable {
+		t.Fatalf("the last change %+v still says unkeepable", last)
 	}
 }
 

@@ -122,6 +122,11 @@ type Holder struct {
 	LeaseUntil time.Time `bson:"lease_until"`
 	// Attempt is the run's local attempt, as of its last ping.
 	Attempt int `bson:"attempt,omitempty"`
+	// LeaseMS, when set, is the least lease the run holds, in place of a
+	// shorter worker_timeout_ms: the claimant's server answered too slowly
+	// for a claim and its first ping to fit in the task's own (see
+	// taskstate.EffectiveLease).
+	LeaseMS int64 `bson:"lease_ms,omitempty"`
 }
 
 // RunRecord is a finished run, appended to the task's runs (the most
@@ -137,6 +142,9 @@ type RunRecord struct {
 	Error      string        `bson:"error,omitempty"`
 	Result     bson.RawValue `bson:"result,omitempty"`
 	Planned    *time.Time    `bson:"planned,omitempty"` // of a planned task
+	// LeaseMS is the run's lease when it was longer than the task's
+	// worker timeout (see Holder.LeaseMS).
+	LeaseMS int64 `bson:"lease_ms,omitempty"`
 }
 
 // InvalidNote is stored under invalid when a task is set to

@@ -108,14 +108,29 @@ const ClaimLease = 30 * time.Second
 
 // EffectiveLease is when a holder's lease lapses: its lease_until, or, for
 // a run that has not pinged yet (its lease is still the claim's), its
-// start plus the task's worker timeout, whichever comes first.
+// start plus its lease, whichever comes first. Its lease is the task's
+// worker timeout, or the holder's lease_ms if that is longer (see
+// RunLease).
 func EffectiveLease(h stored.Holder, workerTimeout time.Duration) time.Time {
+	workerTimeout = RunLease(h, workerTimeout)
 	if workerTimeout > 0 && h.LeaseUntil.Sub(h.Started) == ClaimLease {
 		if end := h.Started.Add(workerTimeout); end.Before(h.LeaseUntil) {
 			return end
 		}
 	}
 	return h.LeaseUntil
+}
+
+// RunLease is the lease a holder's run is renewed by: the task's worker
+// timeout, or the holder's lease_ms where a claimant on a slow server gave
+// the run a longer one. A lease_ms that is not positive counts for
+// nothing. Before the run's first ping, the claim's lease_until bounds it
+// all the same (ClaimLease), whatever lease_ms says.
+func RunLease(h stored.Holder, workerTimeout time.Duration) time.Duration {
+	if h.LeaseMS > 0 {
+		return max(workerTimeout, stored.FromMS(h.LeaseMS))
+	}
+	return workerTimeout
 }
 
 // Claim is the update that claims one slot of a task for the worker's run

@@ -214,7 +214,7 @@ func (w *Worker) finishSweep(ctx context.Context, pl *sweepPlan) (bool, error) {
 func expiredRecord(workerID string, h stored.Holder, lease, now time.Time, planned *time.Time) stored.RunRecord {
 	return stored.RunRecord{
 		RunID: h.Run, WorkerID: workerID, Started: h.Started, LeaseUntil: lease,
-		Finished: now, Outcome: stored.OutcomeExpired, Planned: planned,
+		Finished: now, Outcome: stored.OutcomeExpired, Planned: planned, LeaseMS: max(h.LeaseMS, 0),
 		Error: fmt.Sprintf("lease expired at %s: worker stopped pinging", lease.UTC().Format(time.RFC3339Nano)),
 	}
 }
