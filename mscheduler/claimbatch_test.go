@@ -393,7 +393,8 @@ func TestBatchClaimGathersFreeSlots(t *testing.T) {
 // the task as read instead of reading it back; what it builds is what the
 // server holds after the claim, for a task just published, one whose
 // holders, next_expiry and invalid reason are left from earlier, and one
-// whose next_expiry is sooner than the claim's. A task of concurrency 2
+// whose next_expiry is sooner than the claim's, and one claimed at a
+// longer lease than its worker timeout. A task of concurrency 2
 // is not built (another worker's claim may land between read and write).
 func TestBatchClaimBuildsTheTaskAsClaimed(t *testing.T) {
 	coll := mschedulertest.Collection(t)
@@ -402,6 +403,7 @@ func TestBatchClaimBuildsTheTaskAsClaimed(t *testing.T) {
 		{Key: "fresh", Params: map[string]any{"n": 1, "s": "x"}, Tags: []string{"a"}},
 		{Key: "left", Params: map[string]any{"n": 2}},
 		{Key: "sooner", Params: map[string]any{"n": 3}},
+		{Key: "stretched", Params: map[string]any{"n": 4}},
 		{Key: "two", Concurrency: 2},
 	}
 	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
@@ -409,8 +411,12 @@ func TestBatchClaimBuildsTheTaskAsClaimed(t *testing.T) {
 	}
 	setFields(t, coll, "left", bson.D{{Key: "holders", Value: bson.D{}}, {Key: "next_expiry", Value: time.Now().Add(time.Hour)}, {Key: "invalid", Value: bson.D{{Key: "field", Value: "x"}}}})
 	setFields(t, coll, "sooner", bson.D{{Key: "next_expiry", Value: time.Now().Add(-time.Hour)}})
-	for _, key := range []string{"fresh", "left", "sooner"} {
-		server, local, exact, err := mscheduler.ClaimBothWays(ctxT(t), coll, key)
+	for _, key := range []string{"fresh", "left", "sooner", "stretched"} {
+		var stretch time.Duration // a run at a longer lease: lease_ms, lease_until and next_expiry by it
+		if key == "stretched" {
+			stretch = 20 * time.Second
+		}
+		server, local, exact, err := mscheduler.ClaimBothWays(ctxT(t), coll, key, stretch)
 		if err != nil || !exact {
 			t.Fatalf("%s: exact %v, %v", key, exact, err)
 		}
@@ -424,8 +430,11 @@ func TestBatchClaimBuildsTheTaskAsClaimed(t *testing.T) {
 		if !reflect.DeepEqual(s, l) {
 			t.Errorf("%s as claimed:\nserver %v\nbuilt  %v", key, s, l)
 		}
+		if leaseMS, _ := server.Lookup("holders", "w", "lease_ms").AsInt64OK(); leaseMS != stretch.Milliseconds() {
+			t.Errorf("%s: lease_ms %d, want %d", key, leaseMS, stretch.Milliseconds())
+		}
 	}
-	if _, _, exact, err := mscheduler.ClaimBothWays(ctxT(t), coll, "two"); err != nil || exact {
+	if _, _, exact, err := mscheduler.ClaimBothWays(ctxT(t), coll, "two", 0); err != nil || exact {
 		t.Errorf("task of concurrency 2: exact %v, %v; want not built", exact, err)
 	}
 }

@@ -527,7 +527,8 @@ func (c *Consumer[P, R]) Wake() { c.eng.Wake() }
 // Pressure is what a consumer knows of the server's load, from its own
 // commands: Limit, how many runs it may hold now (Capacity when the server
 // answers as fast as it did, less when it slowed down, 0 while a claim and
-// its first ping would not fit in the shortest lease); Latency, the recent
+// its first ping would not fit in the shortest lease even stretched to 30 s:
+// short of that, runs get a longer lease instead); Latency, the recent
 // average round trip of its commands, and Baseline, the lowest of the last
 // 30 s; HeldBack, the free slots left unclaimed because of the limit;
 // Retries, the commands sent again after a failure, and RetriesWaited,

@@ -322,7 +322,7 @@ func newTaskInfo[P any](raw bson.Raw, now time.Time) *TaskInfo[P] {
 	}
 	for w, h := range doc.Holders {
 		info.Holders = append(info.Holders, HolderInfo{WorkerID: w, RunID: h.Run, Started: h.Started, LeaseUntil: h.LeaseUntil, Attempt: h.Attempt,
-			Lease: stored.FromMS(max(h.LeaseMS, 0))})
+			Lease: taskstate.StretchedLease(h, stored.FromMS(doc.WorkerTimeoutMS))})
 	}
 	slices.SortFunc(info.Holders, func(a, b HolderInfo) int { return a.Started.Compare(b.Started) })
 	if pl := doc.Plan; pl != nil {

@@ -349,13 +349,10 @@ func TestGrowingDelayThrottlesThenRecovers(t *testing.T) {
 	}
 	waitUntil(t, time.Minute, "the slowed worker to take less", func() bool { return slowing.Pressure().Limit < cfg.Capacity })
 	waitUntil(t, time.Minute, "a WARN that the server is too slow for the tasks' lease", func() bool {
-		return warns.count("server too slow to keep") > 0
+		return warns.count("server too slow to keep the shortest worker timeout") > 0
 	})
 	if warns.count("server slow") == 0 {
 		t.Errorf("no WARN when throttling: %q", warns.msgs)
-	}
-	if limit := slowing.Pressure().Limit; limit == 0 {
-		t.Errorf("limit 0: tasks whose lease the server cannot keep would be left pending, not run at a longer lease")
 	}
 	// Its slots may all be held by runs whose ends are on their way when
 	// the limit falls: the free slots it leaves are counted as they free.
@@ -364,7 +361,7 @@ func TestGrowingDelayThrottlesThenRecovers(t *testing.T) {
 	rescue := fastConfig("rescuing", ev)
 	rescue.Capacity, rescue.SweepInterval = 16, 200*time.Millisecond
 	startConsumer(t, coll, handler, rescue)
-	<-time.After(3 * time.Second) // the slowed worker's runs lapse meanwhile
+	<-time.After(3 * time.Second) // runs the slowed worker claimed before a stretch fitted may lapse meanwhile
 	delay.set(0)
 	waitUntil(t, waitTimeout, "every task done", func() bool {
 		n, err := coll.CountDocuments(ctxT(t), bson.D{{Key: "status", Value: "succeeded"}})

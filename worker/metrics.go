@@ -95,7 +95,7 @@ type pressureCollector struct{ w *Worker }
 
 var (
 	runsLimitDesc = prometheus.NewDesc("mscheduler_runs_limit",
-		"Runs a consumer may hold now: its capacity, less when the server slowed down, 0 while a new run's lease could not be kept.", []string{"collection"}, nil)
+		"Runs a consumer may hold now: its capacity, less when the server slowed down, 0 while a new run's lease could not be kept even stretched to 30 s.", []string{"collection"}, nil)
 	heldBackDesc = prometheus.NewDesc("mscheduler_claims_held_back_total",
 		"Free slots a consumer left unclaimed because the server was slow.", []string{"collection"}, nil)
 	serverLatencyDesc = prometheus.NewDesc("mscheduler_server_latency_seconds",

@@ -98,6 +98,9 @@ func (c *Engine) claimBatch(ctx context.Context, st *claimState, k int) ([]claim
 			c.limiter.KeepWithin(stored.FromMS(cd.WorkerTimeoutMS)) // before the claim's round trip is weighed
 		}
 	}
+	// Weighed with the candidates' read: the writes and the tasks as
+	// claimed built without a read (claimedAsRead) take this one.
+	st.stretch.need, st.stretch.to = c.limiter.Stretch()
 	if c.readBackTooSlow(st, chosen) {
 		// The claim's write, its read back and the runs' first pings would
 		// not fit in their leases as slowly as the server answers now: the
@@ -395,7 +398,7 @@ func (c *Engine) claimUpdateOf(st *claimState, runID string, now time.Time, cd c
 func (c *Engine) claimHolder(st *claimState, runID string, now time.Time, timeout time.Duration) stored.Holder {
 	h := stored.Holder{Run: runID, Started: now, LeaseUntil: now.Add(claimLease)}
 	if to := st.stretchFor(timeout); to > 0 {
-		h.LeaseMS = to.Milliseconds()
+		h.LeaseMS, h.LeaseUntil = to.Milliseconds(), now.Add(to)
 	}
 	return h
 }
@@ -406,7 +409,7 @@ func (c *Engine) claimExpiry(st *claimState, now time.Time, timeout time.Duratio
 	if timeout > 0 {
 		guess = min(guess, timeout)
 	}
-	return now.Add(guess)
+	return now.Add(max(guess, st.stretchFor(timeout)))
 }
 
 // candidates reads up to limit claimable tasks in claim order, in full

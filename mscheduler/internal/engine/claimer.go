@@ -84,6 +84,7 @@ func (c *Engine) claimOne(ctx context.Context, st *claimState) (bson.Raw, string
 	now := c.clock.Now()
 	filter := c.claimant(st, now).Due(now)
 	runID := newRunID()
+	st.stretch.need, st.stretch.to = c.limiter.Stretch()
 	update := c.claimUpdate(st, runID, now, 0)
 	opts := options.FindOneAndUpdate().SetSort(taskstate.ClaimSort).SetReturnDocument(options.After)
 	// A claim the server applied must reach its run, so a stop does not
@@ -129,7 +130,9 @@ func (c *Engine) tightenExpiry(ctx context.Context, raw bson.Raw, runID string) 
 	if timeout <= 0 || !okStart || !okGuess {
 		return
 	}
-	due := time.UnixMilli(started).Add(stored.FromMS(timeout))
+	leaseMS, _ := raw.Lookup(stored.FHolders, c.cfg.WorkerID, stored.HLeaseMS).AsInt64OK()
+	lease := taskstate.RunLease(stored.Holder{LeaseMS: leaseMS}, stored.FromMS(timeout))
+	due := time.UnixMilli(started).Add(lease)
 	if !due.Before(time.UnixMilli(guess)) {
 		return
 	}

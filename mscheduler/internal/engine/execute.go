@@ -29,6 +29,9 @@ func (c *Engine) startRun(doc *stored.Task, j *job, claimLatency time.Duration) 
 	ctx, cancel := context.WithCancelCause(c.workCtx)
 	r := c.leasedRun(doc)
 	r.Cancel = cancel
+	if r.LeaseFloor > 0 {
+		c.sayStretched(doc.Key, r.WorkerTimeout, r.LeaseFloor)
+	}
 	c.emit(Event{Kind: EventClaimed, Key: r.Key, RunID: r.RunID, Planned: stored.TimeOf(doc.Planned()), Latency: claimLatency})
 	c.log.Debug("claimed", "key", r.Key, "run_id", r.RunID)
 	c.pinger.Add(r)
@@ -79,7 +82,6 @@ func (c *Engine) leasedRun(doc *stored.Task) *lease.Run {
 	}
 	if lease := taskstate.RunLease(h, r.WorkerTimeout); lease > r.WorkerTimeout {
 		r.LeaseFloor = lease
-		c.sayStretched(doc.Key, r.WorkerTimeout, lease)
 	}
 	r.SetLease(taskstate.EffectiveLease(h, stored.FromMS(doc.WorkerTimeoutMS)))
 	return r

@@ -39,7 +39,11 @@ type Pressure struct {
 // Pressure reports what the consumer knows of the server's load.
 func (c *Engine) Pressure() Pressure {
 	granted, waited := c.retries.Counts()
-	return Pressure{Limit: c.limiter.Limit(), Latency: c.limiter.Latency(), Baseline: c.limiter.Baseline(),
+	limit := c.limiter.Limit()
+	if c.tooSlowToStretch() {
+		limit = 0
+	}
+	return Pressure{Limit: limit, Latency: c.limiter.Latency(), Baseline: c.limiter.Baseline(),
 		HeldBack: c.limiter.HeldBack(), Retries: granted, RetriesWaited: waited}
 }
 
@@ -55,17 +59,27 @@ func (c *Engine) allowedMore() int {
 
 // Runs whose task's worker timeout the server is too slow to keep get a
 // longer lease (see pressure.Limiter.Stretch), recorded on the holder as
-// lease_ms: the task runs, slower, rather than stay pending. A lease
-// longer than ClaimLease cannot be stretched to: until its first ping, a
-// run holds the claim's lease_until at most.
+// lease_ms, and as its lease_until from the claim on: the task runs,
+// slower, rather than stay pending. Workers that do not read lease_ms
+// (earlier versions) read the claim's lease_until as the run's lease, as
+// it is not ClaimLease after the start (see taskstate.EffectiveLease). A
+// lease of ClaimLease or more is not stretched to: the server takes
+// seconds a round trip, and runs of leases it cannot keep are not claimed
+// until it answers faster.
 const maxStretch = claimLease
 
 // tooSlowToStretch says a run of the shortest lease seen would need a
-// lease longer than maxStretch: the server takes seconds a round trip,
-// and nothing new is claimed until it answers faster.
+// lease of maxStretch or more. A consumer that has seen no lease yet has
+// nothing it cannot keep: its first claim reads the tasks' timeouts.
 func (c *Engine) tooSlowToStretch() bool {
 	need, to := c.limiter.Stretch()
-	return to > maxStretch && need >= c.limiter.ShortestLease()
+	return stretchFails(need, to, c.limiter.ShortestLease())
+}
+
+// stretchFails says a lease of shortest (0: none seen) is not kept, at a
+// Stretch of need and to, even stretched.
+func stretchFails(need, to, shortest time.Duration) bool {
+	return shortest > 0 && to >= maxStretch && need >= shortest
 }
 
 // runLease is the lease a run of a task whose lease is lease (0: not
@@ -87,7 +101,7 @@ func (st *claimState) stretchFor(lease time.Duration) time.Duration {
 	if lease <= 0 {
 		lease = st.leases.shortest()
 	}
-	if st.stretch.need == 0 || lease > st.stretch.need || st.stretch.to > maxStretch {
+	if st.stretch.need == 0 || lease > st.stretch.need || st.stretch.to >= maxStretch {
 		return 0
 	}
 	return st.stretch.to

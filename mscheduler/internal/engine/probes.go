@@ -21,8 +21,10 @@ import (
 // ClaimBothWays claims one slot of the task key for worker "w" with the
 // batch claim's statement fenced on its rev, and returns the task as the
 // server left it and as the claim builds it from the task as read, both
-// without runs. exact says the task could be built at all.
-func ClaimBothWays(ctx context.Context, coll *mongo.Collection, key string) (server, local bson.Raw, exact bool, err error) {
+// without runs. exact says the task could be built at all. A stretch
+// claims the run at that longer lease, as on a server too slow for the
+// task's own (0: none).
+func ClaimBothWays(ctx context.Context, coll *mongo.Collection, key string, stretch time.Duration) (server, local bson.Raw, exact bool, err error) {
 	noRuns := options.FindOne().SetProjection(bson.D{{Key: stored.FRuns, Value: 0}})
 	before, err := coll.FindOne(ctx, bson.D{{Key: stored.FID, Value: key}}, noRuns).Raw()
 	if err != nil || !taskstate.ExactCandidate(before) {
@@ -31,6 +33,9 @@ func ClaimBothWays(ctx context.Context, coll *mongo.Collection, key string) (ser
 	c := &Engine{cfg: &Config{WorkerID: "w"}}
 	st := &claimState{}
 	st.leases.observe(3 * time.Second)
+	if stretch > 0 {
+		st.stretch.need, st.stretch.to = time.Hour, stretch
+	}
 	now, runID := time.Now(), newRunID()
 	cd, _ := claimchoice.Of(before)
 	filter := append(c.claimFilterOf(st, cd, now), bson.E{Key: stored.FRev, Value: before.Lookup(stored.FRev)})

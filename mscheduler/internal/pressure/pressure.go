@@ -186,9 +186,9 @@ func (l *Limiter) allowed() int { return l.limit }
 
 // Stretch says which leases a run claimed now cannot be kept within, and
 // the lease such a run gets instead: a lease of at most need leaves no
-// room for the claim and its first ping at the current latency, with Floor
-// to spare; to is twice what they take at the slowest round trip of the
-// window, rounded up to stretchStep. Both are 0 before the first round trip.
+// room for the claim and its first ping at the slowest round trip of the
+// window (or the latency, if more), with Floor to spare; to is twice
+// need, rounded up to stretchStep. Both are 0 before the first round trip.
 func (l *Limiter) Stretch() (need, to time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -197,8 +197,8 @@ func (l *Limiter) Stretch() (need, to time.Duration) {
 	}
 	l.roll(l.now())
 	peak := max(l.fast, slices.Max(l.maxs[:]))
-	need = 2*l.fast + Floor
-	to = 2 * (2*peak + Floor)
+	need = 2*peak + Floor
+	to = 2 * need
 	return need, (to + stretchStep - 1) / stretchStep * stretchStep
 }
 

@@ -51,6 +51,7 @@ const (
 	HStarted    = "started"
 	HLeaseUntil = "lease_until"
 	HAttempt    = "attempt"
+	HLeaseMS    = "lease_ms"
 
 	// Fields of a task's plan, as dotted paths.
 	PPlanned     = "plan.planned"

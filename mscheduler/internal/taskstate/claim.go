@@ -133,6 +133,15 @@ func RunLease(h stored.Holder, workerTimeout time.Duration) time.Duration {
 	return workerTimeout
 }
 
+// StretchedLease is the holder's run's lease when lease_ms made it longer
+// than the task's worker timeout, else 0: for a person reading the run.
+func StretchedLease(h stored.Holder, workerTimeout time.Duration) time.Duration {
+	if lease := RunLease(h, workerTimeout); lease > workerTimeout {
+		return lease
+	}
+	return 0
+}
+
 // Claim is the update that claims one slot of a task for the worker's run
 // h, at now. The sweep looks at the task from nextExpiry on: an update
 // cannot read the task's own worker timeout, so it is the claimant's guess,

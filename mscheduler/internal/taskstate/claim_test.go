@@ -1,6 +1,7 @@
 package taskstate
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ func TestRunLeaseTakesTheLongerOfTimeoutAndLeaseMS(t *testing.T) {
 		{5000, 2 * time.Second, 5 * time.Second, 5 * time.Second},
 		{1000, 2 * time.Second, 2 * time.Second, 2 * time.Second},
 		{-5000, 2 * time.Second, 2 * time.Second, 2 * time.Second},
-		{1 << 62, 2 * time.Second, stored.FromMS(1 << 62), ClaimLease},
+		{1 << 62, 2 * time.Second, time.Duration(math.MaxInt64), ClaimLease},
 	} {
 		h := claimed
 		h.LeaseMS = tc.leaseMS

@@ -211,10 +211,10 @@ func (w *Worker) finishSweep(ctx context.Context, pl *sweepPlan) (bool, error) {
 	return wrote, nil // every expiry missed: the task moved meanwhile
 }
 
-func expiredRecord(workerID string, h stored.Holder, lease, now time.Time, planned *time.Time) stored.RunRecord {
+func expiredRecord(workerID string, h stored.Holder, lease, now time.Time, planned *time.Time, stretched time.Duration) stored.RunRecord {
 	return stored.RunRecord{
 		RunID: h.Run, WorkerID: workerID, Started: h.Started, LeaseUntil: lease,
-		Finished: now, Outcome: stored.OutcomeExpired, Planned: planned, LeaseMS: max(h.LeaseMS, 0),
+		Finished: now, Outcome: stored.OutcomeExpired, Planned: planned, LeaseMS: stretched.Milliseconds(),
 		Error: fmt.Sprintf("lease expired at %s: worker stopped pinging", lease.UTC().Format(time.RFC3339Nano)),
 	}
 }
@@ -228,7 +228,7 @@ func (w *Worker) expiryEnd(t *stored.Task, workerID string, h stored.Holder, now
 		ID:            t.RawID,
 		WorkerID:      workerID,
 		Fence:         taskstate.LeaseFence(t.RawID, workerID, h.Run, h.LeaseUntil),
-		Record:        expiredRecord(workerID, h, lease, now, t.Planned()),
+		Record:        expiredRecord(workerID, h, lease, now, t.Planned(), taskstate.StretchedLease(h, stored.FromMS(t.WorkerTimeoutMS))),
 		MaxFailedRuns: t.MaxFailedRuns,
 		Seen:          taskstate.Seen{Status: t.Status, Running: t.Running, Free: t.Free, FailedRuns: t.FailedRuns},
 		Now:           now,
