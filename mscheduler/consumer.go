@@ -136,8 +136,10 @@ type ConsumerConfig struct {
 	// the consumer should hold now, claimed runs not yet handed to their
 	// handler included, and claims stop there, whatever slots are free.
 	// It is for handlers that hand runs on to executors waiting elsewhere,
-	// as the HTTP gateway does. Call [Consumer.Wake] when it rises.
-	// Defaults to none: claims fill the free slots.
+	// as the HTTP gateway does. Call [Consumer.Wake] when it rises. It is
+	// called from the consumer's goroutines (its claim loop, its
+	// database's shared poll): it must be safe for concurrent use, and
+	// quick. Defaults to none: claims fill the free slots.
 	ClaimDemand func() int
 
 	// The fields below tune discovery, claims, batches, leases, writes and

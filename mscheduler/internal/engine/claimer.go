@@ -281,11 +281,9 @@ func (c *Engine) refused(ctx context.Context, st *claimState, filter bson.D, cau
 
 // scheduleNextDue remembers when the earliest not-yet-due eligible task
 // becomes claimable, so the loop wakes then without polling. The
-// database's shared poll, when it serves, tells that at each poll.
+// database's shared poll tells that too, but only at its next poll: a
+// pass that ends here, after a wake, knows it now.
 func (c *Engine) scheduleNextDue(ctx context.Context, st *claimState) {
-	if c.poll.Serving() {
-		return
-	}
 	now := c.clock.Now()
 	opts := options.FindOne().SetSort(bson.D{{Key: stored.FRunAt, Value: 1}}).SetProjection(bson.D{{Key: stored.FRunAt, Value: 1}})
 	raw, err := c.coll.FindOne(ctx, c.claimant(st, now).Future(now), opts).Raw()

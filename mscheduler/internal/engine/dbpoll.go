@@ -13,8 +13,7 @@ import (
 // Without a change stream, the consumers of a process poll each database
 // they serve with one command (see dbpoll): each is woken when its part
 // finds a task due, and timed for the next due time it finds. Their own
-// polls are then a fallback, as with a stream, and they look for the next
-// due time no more (see scheduleNextDue).
+// polls are then a fallback, as with a stream.
 
 // newPollProbe is the consumer's part of its database's poll.
 func (c *Engine) newPollProbe() *dbpoll.Probe {
@@ -43,10 +42,11 @@ func (c *Engine) sayPollFailed(ctx context.Context) {
 
 // pollEligible is what the claim loop's claims would select, but for the
 // time: the tasks skipped now (as of the last pass's list) are left out.
-// Nil while every slot is taken: no wake could start a claim, and the
-// part would cost the server a read for nothing.
+// Nil while every slot is taken, or no claim is demanded (ClaimDemand):
+// no wake could start a claim, and the part would cost the server a read
+// for nothing.
 func (c *Engine) pollEligible() bson.D {
-	if c.held.Load() >= int64(c.cfg.Capacity) {
+	if c.held.Load() >= int64(c.cfg.Capacity) || c.demanded(1) <= 0 {
 		return nil
 	}
 	var skipped []string
