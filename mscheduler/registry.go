@@ -104,11 +104,16 @@ func Deregister(ctx context.Context, db *mongo.Database, id string) error {
 
 // EnsureWorkerIndexes creates the index that deletes worker documents not
 // renewed for WorkerForgetAfter (a TTL index where the server has them;
-// otherwise ForgetWorkers does it).
+// otherwise ForgetWorkers does it). Where it is there already, as at
+// every start but the first, it costs one listIndexes and writes nothing.
 func EnsureWorkerIndexes(ctx context.Context, db *mongo.Database) error {
 	keys := bson.D{{Key: "last_seen", Value: 1}}
-	_, err := workers(db).Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys,
-		Options: options.Index().SetName("last_seen").SetExpireAfterSeconds(int32(WorkerForgetAfter / time.Second))})
+	ttl := mongo.IndexModel{Keys: keys,
+		Options: options.Index().SetName("last_seen").SetExpireAfterSeconds(int32(WorkerForgetAfter / time.Second))}
+	if have, err := indexesOf(ctx, workers(db)); err == nil && hasIndex(have, ttl) {
+		return nil // as TTL, or plain on a server without TTL indexes
+	}
+	_, err := workers(db).Indexes().CreateOne(ctx, ttl)
 	if isNotImplemented(err) {
 		_, err = workers(db).Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: options.Index().SetName("last_seen")})
 	}

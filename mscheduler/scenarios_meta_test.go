@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -561,4 +562,38 @@ func scnMetaOwnDatabase(t *testing.T) *mongo.Database {
 	db := mschedulertest.Client().Database("mscheduler_test_r3_" + hex.EncodeToString(b[:]))
 	t.Cleanup(func() { _ = db.Drop(context.Background()) })
 	return db
+}
+
+// TestWorkerIndexesAreCreatedOnce: the registry's index is created at the
+// first start; at the next, its listing finds it and nothing is created
+// (a worker restarted every few seconds sent createIndexes each time).
+func TestWorkerIndexesAreCreatedOnce(t *testing.T) {
+	var mu sync.Mutex
+	creates := 0
+	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "createIndexes" {
+			mu.Lock()
+			creates++
+			mu.Unlock()
+		}
+	}}
+	db := mschedulertest.NewClient(t, options.Client().SetMonitor(monitor)).Database(scnMetaOwnDatabase(t).Name())
+	ctx := ctxT(t)
+	if err := mscheduler.EnsureWorkerIndexes(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	first := creates
+	mu.Unlock()
+	if first == 0 {
+		t.Fatal("the first start created no index")
+	}
+	if err := mscheduler.EnsureWorkerIndexes(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if creates != first {
+		t.Errorf("the second start sent %d createIndexes, want none", creates-first)
+	}
 }
