@@ -306,3 +306,109 @@ func TestRunThatMissedARenewalIsPingedAlone(t *testing.T) {
 		t.Errorf("%d leases lost", n)
 	}
 }
+
+// TestAPingReadBackNeverLowersALease: a batch of pings is renewed as soon
+// as its update matched every run, so the next batch may land before the
+// first one's read back. That read then finds later leases than it asked
+// for; taking them for a wrong guess of the holders and pinging each run
+// alone again wrote the older leases back over the newer ones, so that the
+// server held a shorter lease than the worker counted on, and swept a run
+// its worker was still pinging. No lease the worker writes for a run may
+// be earlier than one it wrote before.
+func TestAPingReadBackNeverLowersALease(t *testing.T) {
+	const runs = 3
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	tasks := make([]mscheduler.Task[int], runs)
+	for i := range tasks {
+		tasks[i] = mscheduler.Task[int]{Key: fmt.Sprintf("k%d", i), PingInterval: 100 * time.Millisecond, WorkerTimeout: 3 * time.Second}
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	proxy, held := heldCollection(t, coll, false)
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Capacity = runs
+	release := make(chan struct{})
+	startConsumer(t, held, func(ctx context.Context, _ *mscheduler.Task[int]) (int, error) {
+		select {
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		case <-release:
+			return 0, nil
+		}
+	}, cfg)
+	t.Cleanup(func() { close(release) })
+	ev.WaitCount(t, mscheduler.EventClaimed, runs)
+	ev.WaitCount(t, mscheduler.EventRenewed, 2*runs)
+
+	readBack := proxy.Hold(mschedulertest.BeforeSend, func(c mschedulertest.Command) bool {
+		proj, ok := c.Body.Lookup("projection").DocumentOK()
+		return c.Name == "find" && c.Collection == coll.Name() && ok && proj.Lookup("worker_timeout_ms").Type != 0 && proj.Lookup("holders.w").Type != 0
+	})
+	waitHeld(t, readBack, "a batch's read back")
+	// The held batch's runs were renewed by its update; the next batch
+	// lands, and is read back, while the first read waits.
+	renewed := ev.Count(mscheduler.EventRenewed)
+	ev.WaitCount(t, mscheduler.EventRenewed, renewed+runs)
+	readBack.Release()
+	renewed = ev.Count(mscheduler.EventRenewed)
+	ev.WaitCount(t, mscheduler.EventRenewed, renewed+4*runs)
+
+	last := map[string]time.Time{}
+	for _, c := range proxy.Since(0) {
+		for _, w := range leaseWrites(c, "w") {
+			if prev, ok := last[w.run]; ok && w.lease.Before(prev) {
+				t.Errorf("command %d (%s) wrote run %s's lease %s after %s had been written", c.Seq, c.Name, w.run, w.lease.Format("15:04:05.000"), prev.Format("15:04:05.000"))
+			}
+			last[w.run] = w.lease
+		}
+	}
+	if len(last) != runs {
+		t.Fatalf("lease writes seen for %d runs, want %d", len(last), runs)
+	}
+	for _, e := range ev.Snapshot() {
+		if e.Kind == mscheduler.EventLeaseLost || e.Kind == mscheduler.EventExpired {
+			t.Errorf("event %v of %s: %v", e.Kind, e.Key, e.Err)
+		}
+	}
+}
+
+type leaseWrite struct {
+	run   string
+	lease time.Time
+}
+
+// leaseWrites are the renewals of worker's runs a command makes: a lone
+// ping (findAndModify) or a batch's statements (update), each fenced on a
+// run and setting its lease.
+func leaseWrites(c mschedulertest.Command, worker string) []leaseWrite {
+	runPath, leasePath := "holders."+worker+".run", "holders."+worker+".lease_until"
+	one := func(q, u bson.RawValue) []leaseWrite {
+		run, okRun := q.Document().Lookup(runPath).StringValueOK()
+		set, okSet := u.Document().Lookup("$set").DocumentOK()
+		if !okRun || !okSet {
+			return nil
+		}
+		lease, ok := set.Lookup(leasePath).TimeOK()
+		if !ok {
+			return nil
+		}
+		return []leaseWrite{{run: run, lease: lease}}
+	}
+	var out []leaseWrite
+	switch c.Name {
+	case "findAndModify":
+		if q, u := c.Body.Lookup("query"), c.Body.Lookup("update"); q.Type == bson.TypeEmbeddedDocument && u.Type == bson.TypeEmbeddedDocument {
+			out = one(q, u)
+		}
+	case "update":
+		for _, stmt := range c.Writes {
+			if q, u := stmt.Lookup("q"), stmt.Lookup("u"); q.Type == bson.TypeEmbeddedDocument && u.Type == bson.TypeEmbeddedDocument {
+				out = append(out, one(q, u)...)
+			}
+		}
+	}
+	return out
+}

@@ -1,12 +1,14 @@
 // Package soak holds crash-and-restart soak tests of mscheduler and its
 // worker runtime. It has no API; its code is its tests, TestSoak,
-// TestVandalSoak and TestGatewaySoak (below), and the history checker they
-// share, package histcheck:
+// TestVandalSoak, TestCrashTrial and TestGatewaySoak (below), and the
+// history checker they share, package histcheck:
 //
 //	go test -race ./worker/soak -run 'TestSoak$' -v           # short form: 150 tasks, 1.5-2.5 minutes
 //	go test -race ./worker/soak -run 'TestSoak$' -v -soak.long   # long form: 1,000 tasks, about 5 minutes
 //	go test -race ./worker/soak -run TestVandalSoak -v        # 102 tasks and a vandal, 1-1.5 minutes
 //	go test -race ./worker/soak -run TestGatewaySoak -v       # 120 tasks, executors over HTTP, about 40 s
+//	go test -race ./worker/soak -run TestCrashTrial -v        # 100 tasks and 12 plans, 1.5 s leases, about 2 minutes
+//	go test -race ./worker/soak -run TestCrashTrial -v -soak.trial -timeout 30m   # 400 tasks, kills for 220 s, about 7 minutes
 //
 // TestGatewaySoak runs the crash soak through the HTTP gateway: three
 // executor processes (the test binary run again) take runs over HTTP, renew
@@ -95,6 +97,27 @@
 // it, and it publishes the next wave once no more than a wave of unfinished
 // tasks is left.
 //
+// # TestCrashTrial
+//
+// TestCrashTrial runs the same server and worker pool at the settings a
+// user's crash trial once stalled on: 4 workers of Capacity 4, polling
+// every 500 ms and sweeping every second; tasks of concurrency 1 to 3 (a
+// third each quick, slow 1-3 s, and failing their first attempt),
+// pinged every 300 ms and leased 1.5 s; and 12 plans (every second, 8-10
+// planned times; every missed-run policy, overruns as missed or queued,
+// concurrency 1 and 2). A worker is SIGKILLed every 2 s, and the server
+// killed once half way; then the kills stop and every task must be final
+// within finishIn. Beside TestSoak's checks 1-6 (for concurrency above 1,
+// a planned time succeeds as often as the concurrency), it fails on a run
+// done twice by a worker never killed: a handler that logged its success
+// last while its run was not recorded succeeded (but one that ended while
+// the server was down), and, in the full form, on a median above 2 s
+// from a kill to the record of each of the killed worker's runs expired.
+// It reports the leases lost by live workers, and how many came within 5 s
+// of the worker's start. The short form (100 tasks and the plans, kills
+// for 60 s, 120 s to finish) runs in the suite; -soak.trial runs the full
+// one (400 tasks and the plans, kills for 220 s, 180 s to finish).
+//
 // # TestVandalSoak
 //
 // TestVandalSoak runs the same server, worker pool (with CheckInterval 1 s,
@@ -169,6 +192,7 @@
 // Flags (after the package path):
 //
 //	-soak.long         the long form of TestSoak
+//	-soak.trial        the full form of TestCrashTrial
 //	-soak.seed N       seed of the task mix, the faults and the vandal (default: from the clock)
 //	-soak.dir DIR      keep the server data, handler logs and worker logs in DIR
 //	                   (TestVandalSoak: in DIR/vandal, with vandal.log)

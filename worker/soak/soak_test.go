@@ -573,14 +573,16 @@ type run struct {
 	faultEnd  time.Time // kills stop then, so that the tail drains
 	archived  map[string]*storedTask
 	faults    faults
+	outage    span // when the server was down (restarted)
 
 	// Set by a soak that needs them before loop; TestSoak leaves them.
-	noRestart bool                                     // no server restart
-	done      func(d liveTask) bool                    // a task is done; nil: its status is final (isFinal)
-	polled    func(live liveTasks, took time.Duration) // called with every poll that read the collection, and its round trip
-	tick      func(now time.Time)                      // called at every tick of the loop, after the poll
-	doneNames []string                                 // the statuses done, for the deadline's message; nil: the final ones
-	explain   func(d liveTask) string                  // more about a task not done, for the deadline's message
+	noRestart   bool                                     // no server restart
+	steadyKills bool                                     // a kill every killEvery exactly, not up to killJitter later
+	done        func(d liveTask) bool                    // a task is done; nil: its status is final (isFinal)
+	polled      func(live liveTasks, took time.Duration) // called with every poll that read the collection, and its round trip
+	tick        func(now time.Time)                      // called at every tick of the loop, after the poll
+	doneNames   []string                                 // the statuses done, for the deadline's message; nil: the final ones
+	explain     func(d liveTask) string                  // more about a task not done, for the deadline's message
 }
 
 // isDone says a task is done, as the soak sees it.
@@ -643,7 +645,12 @@ func (r *run) loop() {
 	t.Helper()
 	r.publishWave()
 	deadline := r.firstAt.Add(r.m.deadline)
-	nextKill := func() time.Time { return time.Now().Add(killEvery + time.Duration(r.rng.Int64N(int64(killJitter)))) }
+	nextKill := func() time.Time {
+		if r.steadyKills {
+			return time.Now().Add(killEvery)
+		}
+		return time.Now().Add(killEvery + time.Duration(r.rng.Int64N(int64(killJitter))))
+	}
 	killAt := nextKill()
 	lastProgress := time.Now()
 	tick := time.NewTicker(pollEvery)
@@ -721,10 +728,12 @@ func (r *run) loop() {
 			t.Logf("t+%s: %v (kills %d, server restarts %d, failed polls %d)", r.since(), counts, r.faults.kills, r.faults.restarts, pollErrors)
 		}
 		if r.srv != nil && !r.noRestart && r.faults.restarts == 0 && !r.restartAt.IsZero() && now.After(r.restartAt) {
+			began := time.Now()
 			down, err := r.srv.restart()
 			if err != nil {
 				t.Fatal(err)
 			}
+			r.outage = span{begin: began, end: time.Now()}
 			r.faults.restarts++
 			r.faults.downtime += down
 			t.Logf("t+%s: development server killed and started again on %s (down %s)", r.since(), r.srv.addr, down.Round(time.Millisecond))

@@ -33,14 +33,21 @@ const (
 	envSkew   = "MSCHEDULER_SOAK_SKEW"  // a time.Duration added to the worker's clock
 	envSweep  = "MSCHEDULER_SOAK_SWEEP" // the consumer's SweepInterval
 	envCheck  = "MSCHEDULER_SOAK_CHECK" // the consumer's CheckInterval; unset: the library's default
+	envCap    = "MSCHEDULER_SOAK_CAP"   // the consumer's Capacity; unset: workerCapacity
+	envPoll   = "MSCHEDULER_SOAK_POLL"  // the consumer's PollInterval; unset: workerPollInterval
+	envMaint  = "MSCHEDULER_SOAK_MAINT" // the consumer's MaintenanceInterval; unset: workerMaintenance
 )
 
 // Consumer settings of every worker process.
 const (
-	workerCapacity      = 6
-	workerPollInterval  = 100 * time.Millisecond
-	workerRunsKept      = 200 // every run record is checked (the dev server ignores $slice anyway)
-	workerShutdown      = 20 * time.Second
+	workerCapacity     = 6
+	workerPollInterval = 100 * time.Millisecond
+	workerRunsKept     = 200 // every run record is checked (the dev server ignores $slice anyway)
+	workerShutdown     = 20 * time.Second
+	// workerMaintenance is short: the history records of killed workers'
+	// runs are written by the maintenance lease holder, and the soak waits
+	// for them at the end.
+	workerMaintenance   = time.Second
 	workerStartAttempts = 5
 )
 
@@ -103,6 +110,25 @@ func runWorkerProcess() int {
 			return 1
 		}
 	}
+	shape := consumerShape{capacity: workerCapacity, poll: workerPollInterval, sweep: sweep, check: check, maintenance: workerMaintenance}
+	if s := os.Getenv(envCap); s != "" {
+		if shape.capacity, err = strconv.Atoi(s); err != nil {
+			fmt.Fprintln(os.Stderr, "soak worker:", err)
+			return 1
+		}
+	}
+	if s := os.Getenv(envPoll); s != "" {
+		if shape.poll, err = time.ParseDuration(s); err != nil {
+			fmt.Fprintln(os.Stderr, "soak worker:", err)
+			return 1
+		}
+	}
+	if s := os.Getenv(envMaint); s != "" {
+		if shape.maintenance, err = time.ParseDuration(s); err != nil {
+			fmt.Fprintln(os.Stderr, "soak worker:", err)
+			return 1
+		}
+	}
 	// DEBUG: a failure's report shows when each worker swept.
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	handler := newHandler(logFile)
@@ -114,7 +140,7 @@ func runWorkerProcess() int {
 	// down for longer than the driver waits) is retried with a new Worker
 	// under the same id: nothing was claimed yet.
 	for attempt := 1; ; attempt++ {
-		err := runWorkerOnce(stopped, id, skew, sweep, check, logger, handler)
+		err := runWorkerOnce(stopped, id, skew, shape, logger, handler)
 		if err == nil {
 			return 0
 		}
@@ -130,7 +156,13 @@ func runWorkerProcess() int {
 	}
 }
 
-func runWorkerOnce(stopped context.Context, id string, skew, sweep, check time.Duration, logger *slog.Logger, handler mscheduler.Handler[params, string]) error {
+// consumerShape is the consumer settings a worker process is given.
+type consumerShape struct {
+	capacity                        int
+	poll, sweep, check, maintenance time.Duration // check 0: the library's default
+}
+
+func runWorkerOnce(stopped context.Context, id string, skew time.Duration, shape consumerShape, logger *slog.Logger, handler mscheduler.Handler[params, string]) error {
 	ctx, cancel := context.WithTimeout(stopped, time.Minute)
 	defer cancel()
 	w, err := worker.New(ctx, worker.Config{
@@ -144,14 +176,12 @@ func runWorkerOnce(stopped context.Context, id string, skew, sweep, check time.D
 		return err
 	}
 	cfg := &mscheduler.ConsumerConfig{
-		Capacity:      workerCapacity,
-		PollInterval:  workerPollInterval,
-		SweepInterval: sweep,
-		RunsKept:      workerRunsKept,
-		// The history records of killed workers' runs are written by the
-		// maintenance lease holder; the soak waits for them at the end.
-		MaintenanceInterval: time.Second,
-		CheckInterval:       check,
+		Capacity:            shape.capacity,
+		PollInterval:        shape.poll,
+		SweepInterval:       shape.sweep,
+		RunsKept:            workerRunsKept,
+		MaintenanceInterval: shape.maintenance,
+		CheckInterval:       shape.check,
 	}
 	if skew != 0 {
 		cfg.Clock = func() time.Time { return time.Now().Add(skew) }
@@ -220,7 +250,8 @@ type workerProc struct {
 	err    error         // cmd.Wait's, valid once exited is closed
 
 	mu       sync.Mutex
-	expected bool // killed or terminated by the soak: its exit is no surprise
+	expected bool      // killed or terminated by the soak: its exit is no surprise
+	killedAt time.Time // when the soak sent SIGKILL; zero if it never did
 }
 
 // workerEnv is what every worker process is told.
@@ -232,6 +263,10 @@ type workerEnv struct {
 	dir   string // where handler logs and worker stderr go
 	sweep time.Duration
 	check time.Duration // 0: the library's default
+	// capacity, poll and maintenance are the consumer's; 0:
+	// workerCapacity, workerPollInterval and workerMaintenance.
+	capacity          int
+	poll, maintenance time.Duration
 }
 
 // startWorker starts worker incarnation id in slot.
@@ -255,6 +290,15 @@ func startWorker(env workerEnv, slot int, id string, skew time.Duration) (*worke
 		envLog+"="+p.logPath, envSkew+"="+skew.String(), envSweep+"="+env.sweep.String())
 	if env.check != 0 {
 		p.cmd.Env = append(p.cmd.Env, envCheck+"="+env.check.String())
+	}
+	if env.capacity != 0 {
+		p.cmd.Env = append(p.cmd.Env, envCap+"="+strconv.Itoa(env.capacity))
+	}
+	if env.poll != 0 {
+		p.cmd.Env = append(p.cmd.Env, envPoll+"="+env.poll.String())
+	}
+	if env.maintenance != 0 {
+		p.cmd.Env = append(p.cmd.Env, envMaint+"="+env.maintenance.String())
 	}
 	p.cmd.Stderr = stderr
 	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
@@ -317,6 +361,9 @@ func (p *workerProc) unexpectedExit() bool {
 // kill SIGKILLs the process and waits for it.
 func (p *workerProc) kill() {
 	p.markExpected()
+	p.mu.Lock()
+	p.killedAt = time.Now()
+	p.mu.Unlock()
 	_ = p.cmd.Process.Kill()
 	<-p.exited
 	_ = p.stdin.Close()

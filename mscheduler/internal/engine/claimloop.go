@@ -9,7 +9,6 @@ import (
 	"github.com/mscheduler/mscheduler/mscheduler/internal/claimchoice"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/duetimes"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
-	"github.com/mscheduler/mscheduler/mscheduler/internal/pressure"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/retry"
 )
 
@@ -287,7 +286,7 @@ func (c *Engine) claimAvailable(ctx context.Context, st *claimState) {
 func (c *Engine) letFirstPingsGo(ctx context.Context, runs []*lease.Run, claimLatency time.Duration) {
 	now := c.clock.Now()
 	for _, r := range runs {
-		if r.Lease().Sub(now) >= 2*claimLatency+pressure.Floor {
+		if r.Lease().Sub(now) >= firstPingNeeds(claimLatency) {
 			continue
 		}
 		select {

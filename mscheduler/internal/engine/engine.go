@@ -142,7 +142,7 @@ func New(coll *mongo.Collection, c *Config) *Engine {
 		// primary has it for sure.
 		coll:       coll.Clone(options.Collection().SetWriteConcern(c.WriteConcern).SetReadPreference(readpref.Primary())),
 		cfg:        c,
-		clock:      serverclock.New(c.Clock, c.Monotonic, c.ClockSyncInterval),
+		clock:      clockFor(coll, c),
 		log:        c.Logger.With("worker_id", c.WorkerID, "collection", coll.Name()),
 		slots:      semaphore.NewWeighted(int64(c.Capacity)),
 		wakeCh:     make(chan struct{}, 1),

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/lease"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/localwake"
+	"github.com/mscheduler/mscheduler/mscheduler/internal/pressure"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/retry"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/runend"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
@@ -34,9 +35,12 @@ func (c *Engine) startRun(doc *stored.Task, j *job, claimLatency time.Duration) 
 	}
 	c.emit(Event{Kind: EventClaimed, Key: r.Key, RunID: r.RunID, Planned: stored.TimeOf(doc.Planned()), Latency: claimLatency})
 	c.log.Debug("claimed", "key", r.Key, "run_id", r.RunID)
-	c.pinger.Add(r)
+	renewFirst := r.Lease().Sub(c.clock.Now()) < firstPingNeeds(claimLatency)
+	if !renewFirst {
+		c.pinger.Add(r)
+	}
 	c.running.Add(1)
-	c.admitted = append(c.admitted, admittedRun{run: r, execute: func() {
+	c.admitted = append(c.admitted, admittedRun{run: r, renewFirst: renewFirst, execute: func() {
 		defer c.running.Done()
 		// The slot is free before the wake, so that the claim loop the wake
 		// sets off finds it.
@@ -49,13 +53,15 @@ func (c *Engine) startRun(doc *stored.Task, j *job, claimLatency time.Duration) 
 
 // admittedRun is a run startRun announced, and its goroutine's work.
 type admittedRun struct {
-	run     *lease.Run
-	execute func()
+	run        *lease.Run
+	renewFirst bool // handed to the pinger once renewed (see renewFirst)
+	execute    func()
 }
 
 // launchAdmitted starts the goroutines of the runs startRun announced,
 // and returns those runs.
 func (c *Engine) launchAdmitted() []*lease.Run {
+	c.renewFirst()
 	runs := make([]*lease.Run, len(c.admitted))
 	for i, a := range c.admitted {
 		runs[i] = a.run
@@ -98,6 +104,10 @@ type job struct {
 // The pinger keeps the run's lease until the end is written.
 func (c *Engine) execute(ctx context.Context, r *lease.Run, j *job) {
 	defer c.pinger.Remove(r)
+	if r.Lost.Load() { // taken over before it started (see renewFirst)
+		c.emit(Event{Kind: EventLeaseLost, Key: r.Key, RunID: r.RunID, Err: context.Cause(ctx)})
+		return
+	}
 	result, err, attempts := c.callWithRetries(ctx, r, j, r.Doc)
 	if r.Lost.Load() {
 		c.emit(Event{Kind: EventLeaseLost, Key: r.Key, RunID: r.RunID, Attempt: attempts, Err: context.Cause(ctx)})
@@ -378,3 +388,47 @@ func (c *Engine) timeout(doc *stored.Task) time.Duration {
 // RetryDelayMax caps the exponential backoff between local retries
 // (mscheduler.RetryDelayMax).
 const RetryDelayMax = 5 * time.Minute
+
+// firstPingNeeds is the lease a run must have left as its claim is
+// answered for its first ping to land in time: the claim's round trip,
+// twice over, and the floor of a slow server.
+func firstPingNeeds(claimLatency time.Duration) time.Duration {
+	return 2*claimLatency + pressure.Floor
+}
+
+// renewFirst renews together, before they run, the runs whose claim was
+// answered with too little of their lease left for a first ping to land
+// in time (a slow claim on a busy server, often a worker's first: it knows
+// nothing yet of the server's round trips). The pinger would have found
+// them lapsed and cancelled them unrun, and each would have waited for a
+// sweep and counted as a failed run. The renewal is fenced on the run, as
+// every ping is: it lands only while no other worker can have taken the
+// slot, whatever the lease says, since a sweep frees it first. A run it
+// finds taken over is dropped unrun; one whose renewal failed goes to the
+// pinger as it is.
+func (c *Engine) renewFirst() {
+	var runs []*lease.Run
+	var leases []time.Time
+	now := c.clock.Now()
+	for _, a := range c.admitted {
+		if a.renewFirst {
+			runs = append(runs, a.run)
+			leases = append(leases, now.Add(max(a.run.WorkerTimeout, a.run.LeaseFloor)))
+		}
+	}
+	if len(runs) == 0 {
+		return
+	}
+	ctx, cancel := c.writeCtx()
+	defer cancel()
+	held, err := c.pinger.RenewTogether(ctx, runs, leases)
+	for i, r := range runs {
+		if err == nil && !held[i] {
+			c.log.Warn("run taken over before it started: its claim was answered after its lease lapsed", "key", r.Key, "run_id", r.RunID)
+			r.Lost.Store(true)
+			r.Cancel(fmt.Errorf("%w: taken over before it started, its claim answered after its lease lapsed", ErrLeaseLost))
+			continue
+		}
+		c.pinger.Add(r)
+	}
+}

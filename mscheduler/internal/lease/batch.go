@@ -99,7 +99,12 @@ func (p *Pinger) renewBatch(ctx, loop context.Context, items []pingItem, sent ti
 		lease, _ := raw.Lookup(stored.FHolders, p.workerID, stored.HLeaseUntil).DateTimeOK()
 		switch {
 		case raw == nil || run != it.run.RunID: // taken away: reply stays nil
-		case lease == it.lease.UnixMilli():
+		case lease >= it.lease.UnixMilli():
+			// Renewed by this statement, or by a later ping of the run that
+			// landed before this read (a batch whose update matched every
+			// run frees its runs for their next ping at once): pinged alone
+			// again, the run would have its lease written back to the
+			// earlier one, shorter than the worker counts on.
 			out[i].reply = decodePingReply(raw)
 		default:
 			out[i].reply, out[i].err = p.Renew(ctx, it.run, it.lease, it.attempt, !it.sole)

@@ -512,10 +512,14 @@ func (p *Pinger) apply(ctx context.Context, res pingResult) {
 		p.lose(r, "ping matched nothing: the run was taken over")
 	default:
 		if !res.early {
+			// The run's pings go one after the other, so this is the lease
+			// the server holds now, even a shorter one than before (its
+			// worker timeout edited down): counting on the longer, the
+			// worker would keep a run the sweep may free. An early result
+			// was taken in by renewed, and a later ping may have landed
+			// since.
 			p.took(r, res.took)
-		}
-		if res.lease.After(r.Lease()) {
-			r.leaseUntil.Store(res.lease.UnixNano())
+			r.SetLease(res.lease)
 		}
 		r.SoleHolder = res.reply.Running == 1
 		p.notify.Renewed(r)
@@ -541,9 +545,7 @@ func (p *Pinger) renewed(results []pingResult) {
 		}
 		r.pinging = false
 		p.took(r, res.took)
-		if res.lease.After(r.Lease()) {
-			r.leaseUntil.Store(res.lease.UnixNano())
-		}
+		r.SetLease(res.lease)
 	}
 }
 
@@ -613,10 +615,6 @@ func (p *Pinger) applySettings(r *Run, reply *pingReply, sent time.Time) {
 	r.PingInterval, r.WorkerTimeout = interval, timeout
 	r.nextPing = sent.Add(interval)
 }
-
-// Lapsed reports whether the run's lease has run out (to the millisecond
-// the server clock estimate is read at).
-func (p *Pinger) Lapsed(r *Run) bool { return lapsedAt(r, p.clock.Now()) }
 
 // lapsedAt says r's lease has lapsed at now (to the millisecond the
 // server stores).

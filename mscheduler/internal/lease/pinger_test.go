@@ -187,3 +187,29 @@ func TestOnlyRunsBehindArePingedAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestALeaseIsTheLastOneWritten: a run's pings go one after another, so
+// the lease the worker counts on is the one its last ping wrote, even when
+// that is shorter than the one before (the task's worker timeout edited
+// down): counting on the longer, the worker would hold a run the sweep may
+// free. A batch's result taken in early (see renewed) moves nothing, for
+// a later ping may have landed since.
+func TestALeaseIsTheLastOneWritten(t *testing.T) {
+	renewals := 0
+	p := &Pinger{log: slog.New(slog.NewTextHandler(io.Discard, nil)), runs: map[string]*Run{},
+		notify: Notify{Renewed: func(*Run) { renewals++ }}}
+	now := time.Unix(1000, 0)
+	r := &Run{Key: "k", RunID: "r", Cancel: func(error) {}, PingInterval: time.Second, WorkerTimeout: 10 * time.Second}
+	p.runs[r.RunID] = r
+	r.SetLease(now.Add(10 * time.Second))
+	reply := &pingReply{Running: 1, PingIntervalMS: 1000, WorkerTimeoutMS: 3000}
+
+	p.apply(context.Background(), pingResult{run: r, sent: now.Add(time.Second), lease: now.Add(4 * time.Second), reply: reply})
+	if want := now.Add(4 * time.Second); !r.Lease().Equal(want) {
+		t.Fatalf("lease %s after a ping wrote %s", r.Lease(), want)
+	}
+	p.apply(context.Background(), pingResult{run: r, sent: now, lease: now.Add(2 * time.Second), reply: reply, early: true})
+	if want := now.Add(4 * time.Second); !r.Lease().Equal(want) || renewals != 2 {
+		t.Fatalf("lease %s after an early result, %d renewals: want %s kept, 2 renewals", r.Lease(), renewals, want)
+	}
+}

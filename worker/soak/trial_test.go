@@ -1,0 +1,233 @@
+package soak
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mscheduler/mscheduler/mscheduler"
+)
+
+// trialFlag selects the crash trial's full form: the parameters a user's
+// trial once stalled on (see TestCrashTrial).
+var trialFlag = flag.Bool("soak.trial", false, "run the crash trial's full form: 400 tasks and 12 plans, kills for 220 s, 180 s to finish")
+
+// trialForm is the shape of a crash trial: how many tasks, how long the
+// kills go on, and how long the workers then have to finish every task.
+type trialForm struct {
+	name      string
+	tasks     int
+	plans     int
+	killFor   time.Duration // kills (and the server restart, half way) from the first publish
+	finishIn  time.Duration // every task final within this of the kills' end
+	dueWithin time.Duration // the tasks' due times are spread over this, from the publish
+}
+
+var (
+	trialShort = trialForm{name: "short", tasks: 100, plans: 12, killFor: 60 * time.Second, finishIn: 120 * time.Second, dueWithin: 30 * time.Second}
+	trialFull  = trialForm{name: "full", tasks: 400, plans: 12, killFor: 220 * time.Second, finishIn: 180 * time.Second, dueWithin: 60 * time.Second}
+)
+
+// The trial's worker and task settings: short leases, slow polls.
+const (
+	trialCapacity = 4
+	trialPoll     = 500 * time.Millisecond
+	trialSweep    = time.Second
+	// trialMaintenance is longer than the other soaks' second, whose
+	// maintenance turns were a good part of what a saturated server did,
+	// yet short of the library's minute: the maintenance lease holder
+	// writes the history records of killed workers' runs, which the soak
+	// waits for at the end.
+	trialMaintenance = 10 * time.Second
+	trialPing        = 300 * time.Millisecond
+	trialLease       = 1500 * time.Millisecond
+	// trialKillToExpiry bounds the median time from a worker's SIGKILL to
+	// the record of each of its runs expired: the lease left at the kill
+	// (at most the lease less a ping interval) and a sweep.
+	trialKillToExpiry = 2 * time.Second
+)
+
+// TestCrashTrial is the crash soak at the settings under which workers
+// once stalled: 4 workers of capacity 4, polling every 500 ms and
+// sweeping every second, tasks of concurrency 1 to 3 (quick, slow 1-3 s,
+// failing their first attempt) leased 1.5 s and pinged every 300 ms, and
+// 12 plans (every missed-run policy, overruns as missed or queued,
+// concurrency 1 and 2). A worker is SIGKILLed every 2 s and the server is
+// killed once, half way; then the kills stop, and every task must be
+// final within finishIn. Beside TestSoak's checks of the history, it
+// fails on a run done twice by a worker that was never killed (its
+// handler succeeded, yet the run was not recorded succeeded and its task
+// ran again), but for a handler that ended while the server was down, and
+// on a median above 2 s from a kill to the record of the killed worker's
+// runs expired (in the full form). It reports the leases lost by live
+// workers.
+//
+// The short form (100 tasks, kills for 60 s, 120 s to finish) runs in CI;
+// -soak.trial runs the full one (400 tasks, 220 s, 180 s).
+func TestCrashTrial(t *testing.T) {
+	form := trialShort
+	if *trialFlag {
+		form = trialFull
+	}
+	m := mix{waves: 1, window: form.killFor - faultTail - 2*time.Second, deadline: form.killFor + form.finishIn}
+	e := setUp(t, m, "trial", "trial", fmt.Sprintf("crash trial: %s form, %d tasks and %d plans", form.name, form.tasks, form.plans),
+		workerEnv{sweep: trialSweep, capacity: trialCapacity, poll: trialPoll, maintenance: trialMaintenance})
+	e.tasks, e.specs = buildTrialTasks(form, e.rng)
+	r := e.newRun(t, m)
+	r.steadyKills = true
+	r.loop()
+	r.waitHistoryWritten(bson.D{})
+	e.stopWorkers(t)
+
+	docs := readTasks(t, e.coll)
+	runs, incarnations := e.handlerRuns(t)
+	v := &verifier{t: t, specs: e.specs, docs: docs, runs: runs, workers: incarnations, history: readHistory(t, e.coll)}
+	sum := v.verify()
+	sum.log(t, r.faults, time.Since(e.began), e.seed, len(e.pool.incarnations()), 0)
+
+	outage := r.outage
+	outage.end = outage.end.Add(trialLease + time.Second) // leases taken before it lapse until then
+	checkNoneDoneTwiceByTheLiving(t, e.pool, runs, docs, outage)
+	reportLeasesLost(t, e.pool)
+	checkKillToExpiry(t, e.pool, docs, *trialFlag)
+}
+
+// buildTrialTasks is the trial's mix, in a random order: a third each of
+// quick, slow and first-attempt-failing tasks, of concurrency 1 to 3, and
+// the plans.
+func buildTrialTasks(form trialForm, rng *rand.Rand) ([]plannedTask, map[string]spec) {
+	var tasks []plannedTask
+	specs := map[string]spec{}
+	kinds := []string{kindQuick, kindSlow, kindRetry}
+	for i := range form.tasks {
+		kind := kinds[i%len(kinds)]
+		key := fmt.Sprintf("%s-%04d", kind, i)
+		t := mscheduler.Task[params]{Key: key, Params: params{Kind: kind, DurMS: 10 + rng.IntN(41)}, MaxFailedRuns: 20,
+			Concurrency: 1 + rng.IntN(3), PingInterval: trialPing, WorkerTimeout: trialLease, Description: "trial " + kind}
+		switch kind {
+		case kindSlow:
+			t.Params.DurMS = 1000 + rng.IntN(2001)
+		case kindRetry:
+			t.MaxRetries, t.RetryDelay = 2, 100*time.Millisecond
+		}
+		specs[key] = spec{key: key, kind: kind, concurrency: t.Concurrency, maxFailed: t.MaxFailedRuns}
+		tasks = append(tasks, plannedTask{task: t, offset: time.Duration(rng.Int64N(int64(form.dueWithin)))})
+	}
+	missed := []mscheduler.MissedPolicy{mscheduler.MissedSkip, mscheduler.MissedCatchUp, mscheduler.MissedRunOnce}
+	overrun := []mscheduler.OverrunPolicy{mscheduler.OverrunAsMissed, mscheduler.OverrunQueue}
+	for i := range form.plans {
+		key := fmt.Sprintf("%s-%04d", kindRecurring, i)
+		plan := mscheduler.Every(1, mscheduler.Second)
+		plan.Repeat = 8 + rng.IntN(3)
+		plan.Missed, plan.Overrun = missed[i%len(missed)], overrun[(i/len(missed))%len(overrun)]
+		t := mscheduler.Task[params]{Key: key, Params: params{Kind: kindRecurring, DurMS: 10 + rng.IntN(41)}, MaxFailedRuns: 20,
+			Concurrency: 1 + i/(len(missed)*len(overrun))%2, Plan: &plan, Priority: 1,
+			PingInterval: trialPing, WorkerTimeout: trialLease, Description: "trial plan " + string(plan.Missed) + "/" + string(plan.Overrun)}
+		specs[key] = spec{key: key, kind: kindRecurring, concurrency: t.Concurrency, repeat: plan.Repeat, maxFailed: t.MaxFailedRuns}
+		tasks = append(tasks, plannedTask{task: t, offset: time.Duration(rng.Int64N(int64(form.dueWithin)))})
+	}
+	rng.Shuffle(len(tasks), func(i, j int) { tasks[i], tasks[j] = tasks[j], tasks[i] })
+	return tasks, specs
+}
+
+// span is a stretch of time.
+type span struct{ begin, end time.Time }
+
+func (s span) holds(at time.Time) bool { return !at.Before(s.begin) && !at.After(s.end) }
+
+// checkNoneDoneTwiceByTheLiving fails the test for each run whose handler,
+// on a worker never killed, logged its success last while the run was not
+// recorded succeeded: the success was lost, and the task ran again. A
+// handler that ended while the server was down (outage) is excused: its
+// end could not be written before its lease lapsed.
+func checkNoneDoneTwiceByTheLiving(t *testing.T, pool *workerPool, runs map[string]*logRun, docs map[string]*storedTask, outage span) {
+	t.Helper()
+	killed := map[string]bool{}
+	for _, p := range pool.incarnations() {
+		p.mu.Lock()
+		killed[p.id] = !p.killedAt.IsZero()
+		p.mu.Unlock()
+	}
+	outcome := map[string]string{}
+	for _, d := range docs {
+		for _, r := range d.Runs {
+			outcome[r.RunID] = r.Outcome
+		}
+	}
+	twice, excused := 0, 0
+	for _, r := range runs {
+		if killed[r.worker] || r.lastOutcome() != logSucceeded || outcome[r.runID] == "succeeded" {
+			continue
+		}
+		if outage.holds(time.Unix(0, r.ends[len(r.ends)-1].at)) {
+			excused++
+			continue
+		}
+		twice++
+		t.Errorf("run %s of %s: its handler succeeded on %s, never killed, but the run is recorded %q", r.runID, r.key, r.worker, outcome[r.runID])
+	}
+	t.Logf("summary: runs done again after their handler succeeded on a worker never killed: %d (and %d that ended while the server was down)", twice, excused)
+}
+
+// reportLeasesLost counts the leases workers lost while they lived, and
+// how many of those came within 5 s of the worker's start (a first claim
+// on a server it knows nothing of yet).
+func reportLeasesLost(t *testing.T, pool *workerPool) {
+	t.Helper()
+	started := map[string]time.Time{}
+	lost, early := 0, 0
+	eachLogLine(t, pool, func(p *workerProc, line []byte) {
+		rec, ok := logLine(line)
+		switch {
+		case !ok:
+		case rec.Msg == "worker started":
+			started[p.id] = rec.Time
+		case rec.Msg == "lease lost; handler cancelled":
+			lost++
+			if at, ok := started[p.id]; ok && rec.Time.Sub(at) < 5*time.Second {
+				early++
+			}
+		}
+	})
+	t.Logf("summary: leases lost by live workers: %d, %d of them within 5 s of the worker's start", lost, early)
+}
+
+// checkKillToExpiry measures, for each run a SIGKILLed worker held, the
+// time from the kill to its record expired; with held, it fails the test
+// when the median is above trialKillToExpiry. The short form's 30 or so
+// runs, on a machine that also runs the rest of the suite, make too noisy
+// a median to hold it to (1.65 to 3.05 s in three runs alone).
+func checkKillToExpiry(t *testing.T, pool *workerPool, docs map[string]*storedTask, held bool) {
+	t.Helper()
+	killed := map[string]time.Time{}
+	for _, p := range pool.incarnations() {
+		p.mu.Lock()
+		if !p.killedAt.IsZero() {
+			killed[p.id] = p.killedAt
+		}
+		p.mu.Unlock()
+	}
+	var waits []time.Duration
+	for _, d := range docs {
+		for _, r := range d.Runs {
+			if at, ok := killed[r.WorkerID]; ok && r.Outcome == "expired" && r.Finished.After(at) {
+				waits = append(waits, r.Finished.Sub(at))
+			}
+		}
+	}
+	if len(waits) == 0 {
+		t.Error("no run of a killed worker was recorded expired: the trial measured nothing")
+		return
+	}
+	slices.Sort(waits)
+	p50, p90 := waits[len(waits)/2], waits[len(waits)*9/10]
+	t.Logf("summary: kill to recorded expired: p50 %s, p90 %s, max %s over %d runs", p50.Round(time.Millisecond), p90.Round(time.Millisecond), waits[len(waits)-1].Round(time.Millisecond), len(waits))
+	if held && p50 > trialKillToExpiry {
+		t.Errorf("kill to recorded expired: p50 %s, want at most %s", p50.Round(time.Millisecond), trialKillToExpiry)
+	}
+}
