@@ -35,7 +35,7 @@ func (c *Engine) startRun(doc *stored.Task, j *job, claimLatency time.Duration) 
 	}
 	c.emit(Event{Kind: EventClaimed, Key: r.Key, RunID: r.RunID, Planned: stored.TimeOf(doc.Planned()), Latency: claimLatency})
 	c.log.Debug("claimed", "key", r.Key, "run_id", r.RunID)
-	renewFirst := r.Lease().Sub(c.clock.Now()) < firstPingNeeds(claimLatency)
+	renewFirst := r.Lease().Sub(c.clock.Now()) < claimLatency+pressure.Floor
 	if !renewFirst {
 		c.pinger.Add(r)
 	}
@@ -61,11 +61,24 @@ type admittedRun struct {
 // launchAdmitted starts the goroutines of the runs startRun announced,
 // and returns those runs.
 func (c *Engine) launchAdmitted() []*lease.Run {
-	c.renewFirst()
 	runs := make([]*lease.Run, len(c.admitted))
+	var renew []admittedRun
 	for i, a := range c.admitted {
 		runs[i] = a.run
+		if a.renewFirst {
+			renew = append(renew, a)
+			continue
+		}
 		go a.execute()
+	}
+	if len(renew) > 0 {
+		// The pinger looks at the runs it was given while these are
+		// renewed: their first pings must not wait for it.
+		c.pinger.Kick()
+		c.renewFirst(renew)
+		for _, a := range renew {
+			go a.execute()
+		}
 	}
 	clear(c.admitted)
 	c.admitted = c.admitted[:0]
@@ -104,8 +117,11 @@ type job struct {
 // The pinger keeps the run's lease until the end is written.
 func (c *Engine) execute(ctx context.Context, r *lease.Run, j *job) {
 	defer c.pinger.Remove(r)
-	if r.Lost.Load() { // taken over before it started (see renewFirst)
+	switch {
+	case r.Lost.Load(): // taken over before it started (see renewFirst)
 		c.emit(Event{Kind: EventLeaseLost, Key: r.Key, RunID: r.RunID, Err: context.Cause(ctx)})
+		return
+	case r.Finished.Load(): // released by Stop before it started
 		return
 	}
 	result, err, attempts := c.callWithRetries(ctx, r, j, r.Doc)
@@ -396,39 +412,48 @@ func firstPingNeeds(claimLatency time.Duration) time.Duration {
 	return 2*claimLatency + pressure.Floor
 }
 
-// renewFirst renews together, before they run, the runs whose claim was
-// answered with too little of their lease left for a first ping to land
-// in time (a slow claim on a busy server, often a worker's first: it knows
-// nothing yet of the server's round trips). The pinger would have found
+// renewFirst renews, each with a ping of its own sent at once, before they
+// run, the runs whose claim was answered with too little of their lease
+// left for a first ping to land in time, one claim's round trip and a
+// margin (a slow claim on a busy server, often a worker's first: it knows
+// nothing yet of the server's round trips), or none. The pinger would have found
 // them lapsed and cancelled them unrun, and each would have waited for a
 // sweep and counted as a failed run. The renewal is fenced on the run, as
 // every ping is: it lands only while no other worker can have taken the
 // slot, whatever the lease says, since a sweep frees it first. A run it
-// finds taken over is dropped unrun; one whose renewal failed goes to the
-// pinger as it is.
-func (c *Engine) renewFirst() {
-	var runs []*lease.Run
-	var leases []time.Time
+// finds taken over is dropped unrun, and so is one whose renewal failed
+// once its lease lapsed; one whose renewal failed with lease left goes to
+// the pinger as it is.
+func (c *Engine) renewFirst(admitted []admittedRun) {
+	runs := make([]*lease.Run, len(admitted))
+	leases := make([]time.Time, len(admitted))
 	now := c.clock.Now()
-	for _, a := range c.admitted {
-		if a.renewFirst {
-			runs = append(runs, a.run)
-			leases = append(leases, now.Add(max(a.run.WorkerTimeout, a.run.LeaseFloor)))
-		}
-	}
-	if len(runs) == 0 {
-		return
+	for i, a := range admitted {
+		runs[i] = a.run
+		leases[i] = now.Add(max(a.run.WorkerTimeout, a.run.LeaseFloor))
 	}
 	ctx, cancel := c.writeCtx()
 	defer cancel()
-	held, err := c.pinger.RenewTogether(ctx, runs, leases)
+	held, errs := c.pinger.RenewEach(ctx, runs, leases)
+	now = c.clock.Now()
 	for i, r := range runs {
-		if err == nil && !held[i] {
-			c.log.Warn("run taken over before it started: its claim was answered after its lease lapsed", "key", r.Key, "run_id", r.RunID)
-			r.Lost.Store(true)
-			r.Cancel(fmt.Errorf("%w: taken over before it started, its claim answered after its lease lapsed", ErrLeaseLost))
-			continue
+		switch {
+		case held[i]:
+			c.pinger.Add(r)
+		case errs[i] == nil:
+			c.dropUnrun(r, "taken over before it started: its claim was answered after its lease lapsed")
+		case !now.Before(r.Lease()):
+			c.dropUnrun(r, fmt.Sprintf("its lease lapsed before it started, and its renewal failed: %v", errs[i]))
+		default:
+			c.pinger.Add(r)
 		}
-		c.pinger.Add(r)
 	}
+}
+
+// dropUnrun gives up a claimed run before its handler is called: it is
+// lost, and its goroutine ends at once (see execute).
+func (c *Engine) dropUnrun(r *lease.Run, why string) {
+	c.log.Warn("run dropped unrun", "key", r.Key, "run_id", r.RunID, "reason", why)
+	r.Lost.Store(true)
+	r.Cancel(fmt.Errorf("%w: %s", ErrLeaseLost, why))
 }

@@ -157,7 +157,8 @@ func (s *Stepper) PingTogether(ctx context.Context, rs []*lease.Run) ([]bool, er
 	for i, r := range rs {
 		leases[i] = s.e.clock.Now().Add(r.WorkerTimeout)
 	}
-	return s.e.pinger.RenewTogether(ctx, rs, leases)
+	held, errs := s.e.pinger.RenewTogether(ctx, rs, leases)
+	return held, errors.Join(errs...)
 }
 
 // Sweep expires the runs whose lease lapsed, as the sweep loop's sweep

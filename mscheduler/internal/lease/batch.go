@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -95,49 +96,74 @@ func (p *Pinger) renewBatch(ctx, loop context.Context, items []pingItem, sent ti
 	}
 	for i, it := range items {
 		raw := tasks[it.run.Key]
-		run, _ := raw.Lookup(stored.FHolders, p.workerID, stored.HRun).StringValueOK()
-		lease, _ := raw.Lookup(stored.FHolders, p.workerID, stored.HLeaseUntil).DateTimeOK()
-		switch {
-		case raw == nil || run != it.run.RunID: // taken away: reply stays nil
-		case lease >= it.lease.UnixMilli():
-			// Renewed by this statement, or by a later ping of the run that
-			// landed before this read (a batch whose update matched every
-			// run frees its runs for their next ping at once): pinged alone
-			// again, the run would have its lease written back to the
-			// earlier one, shorter than the worker counts on.
+		switch readBackOf(raw, p.workerID, it, out[i].early) {
+		case runTaken: // reply stays nil
+		case runRenewed:
 			out[i].reply = decodePingReply(raw)
-		default:
+		case runMissed:
 			out[i].reply, out[i].err = p.Renew(ctx, it.run, it.lease, it.attempt, !it.sole)
 		}
 	}
 	return out
 }
 
+// What a batch's read back says of one run.
+const (
+	runTaken   = iota // no longer held: taken away
+	runRenewed        // held with the lease asked, or a later one of its own
+	runMissed         // held, but its statement matched nothing: ping it alone
+)
+
+// readBackOf tells, from the task raw as read back, what became of the
+// run of item; early says the batch's update matched every statement.
+// A later lease than asked counts as renewed only then: a later ping of
+// the run may have landed before the read (an early batch frees its runs
+// for their next ping at once), and pinged alone again the run would have
+// its lease written back to the earlier one. Otherwise the later lease is
+// not the run's own: it is the claim's placeholder (see
+// taskstate.ClaimLease), which the sweep does not go by, and the run,
+// whose statement guessed the number of holders wrong, is pinged alone.
+func readBackOf(raw bson.Raw, workerID string, item pingItem, early bool) int {
+	run, _ := raw.Lookup(stored.FHolders, workerID, stored.HRun).StringValueOK()
+	lease, _ := raw.Lookup(stored.FHolders, workerID, stored.HLeaseUntil).DateTimeOK()
+	asked := item.lease.UnixMilli()
+	switch {
+	case raw == nil || run != item.run.RunID:
+		return runTaken
+	case lease == asked || early && lease > asked:
+		return runRenewed
+	}
+	return runMissed
+}
+
 // RenewTogether renews the leases of runs to leases in one batch, as the
 // pinger's loop does when several are due: one update of a statement each,
-// then one read. It says, for each run, whether it still held its slot;
-// a run that did takes its lease. For a caller that drives a worker a
+// then one read. It says, for each run, whether it still held its slot
+// (a run that did takes its lease), or the error that left it unknown: a
+// run found taken away has neither. For a caller that drives a worker a
 // step at a time (the engine's Stepper).
-func (p *Pinger) RenewTogether(ctx context.Context, runs []*Run, leases []time.Time) ([]bool, error) {
+func (p *Pinger) RenewTogether(ctx context.Context, runs []*Run, leases []time.Time) (held []bool, errs []error) {
 	items := make([]pingItem, len(runs))
 	for i, r := range runs {
 		items[i] = pingItem{run: r, lease: leases[i], attempt: int(r.Attempt.Load()), sole: r.SoleHolder}
 	}
 	results := p.renewBatch(ctx, ctx, items, p.clock.Now(), func([]pingResult) {})
-	held := make([]bool, len(results))
-	var errs []error
+	held, errs = make([]bool, len(results)), make([]error, len(results))
 	for i, res := range results {
-		if res.err != nil {
-			errs = append(errs, res.err)
-			continue
-		}
-		if res.reply != nil {
+		switch {
+		case res.err == nil && res.reply != nil:
 			held[i] = true
 			res.run.SetLease(res.lease)
 			res.run.SoleHolder = res.reply.Running == 1
+		case res.err != nil && res.early:
+			// The update matched every run; only the read after it failed.
+			held[i] = true
+			res.run.SetLease(res.lease)
+		case res.err != nil:
+			errs[i] = res.err
 		}
 	}
-	return held, errors.Join(errs...)
+	return held, errs
 }
 
 // readBack reads the pinged tasks as their pings left them, by key.
@@ -163,4 +189,30 @@ func failAll(out []pingResult, err error) []pingResult {
 		out[i].err = err
 	}
 	return out
+}
+
+// RenewEach renews each of runs to its lease with a ping of its own, all
+// sent at once: one round trip, where a batch takes two (its update, then
+// its read), for runs whose lease is short already. It says, for each run,
+// whether it still held its slot (a run that did takes its lease), or the
+// error that left it unknown: a run found taken away has neither. For runs
+// the engine has not handed to the pinger yet.
+func (p *Pinger) RenewEach(ctx context.Context, runs []*Run, leases []time.Time) (held []bool, errs []error) {
+	held, errs = make([]bool, len(runs)), make([]error, len(runs))
+	var wg sync.WaitGroup
+	for i, r := range runs {
+		wg.Go(func() {
+			reply, err := p.Renew(ctx, r, leases[i], int(r.Attempt.Load()), r.SoleHolder)
+			switch {
+			case err != nil:
+				errs[i] = err
+			case reply != nil:
+				held[i] = true
+				r.SetLease(leases[i])
+				r.SoleHolder = reply.Running == 1
+			}
+		})
+	}
+	wg.Wait()
+	return held, errs
 }

@@ -213,3 +213,36 @@ func TestALeaseIsTheLastOneWritten(t *testing.T) {
 		t.Fatalf("lease %s after an early result, %d renewals: want %s kept, 2 renewals", r.Lease(), renewals, want)
 	}
 }
+
+// TestABatchsReadBackTellsRenewedFromMissed: a run read back with the
+// lease its statement asked is renewed; with a later one, only when the
+// batch's update matched every run (a later ping of its own landed
+// first). Otherwise the later lease is the claim's 30 s placeholder, which
+// the sweep does not go by, and the run's statement missed: pinged alone
+// again, not taken as renewed. Another run id, or no task, is taken away.
+func TestABatchsReadBackTellsRenewedFromMissed(t *testing.T) {
+	now := time.Unix(1000, 0)
+	item := pingItem{run: &Run{RunID: "r"}, lease: now.Add(2 * time.Second)}
+	doc := func(run string, lease time.Time) bson.Raw {
+		raw, _ := bson.Marshal(bson.D{{Key: "holders", Value: bson.D{{Key: "w", Value: bson.D{{Key: "run", Value: run}, {Key: "lease_until", Value: lease}}}}}})
+		return raw
+	}
+	placeholder := now.Add(-500 * time.Millisecond).Add(30 * time.Second)
+	for _, c := range []struct {
+		what  string
+		raw   bson.Raw
+		early bool
+		want  int
+	}{
+		{"the lease asked", doc("r", item.lease), false, runRenewed},
+		{"a later ping's lease, after an early batch", doc("r", item.lease.Add(300*time.Millisecond)), true, runRenewed},
+		{"the claim's placeholder, the statement missed", doc("r", placeholder), false, runMissed},
+		{"an earlier lease, the statement missed", doc("r", now), false, runMissed},
+		{"another run", doc("other", item.lease), true, runTaken},
+		{"no task", nil, false, runTaken},
+	} {
+		if got := readBackOf(c.raw, "w", item, c.early); got != c.want {
+			t.Errorf("%s: %d, want %d", c.what, got, c.want)
+		}
+	}
+}
