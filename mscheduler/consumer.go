@@ -357,9 +357,9 @@ func (c *ConsumerConfig) withDefaults() *ConsumerConfig {
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
-	if out.Clock == nil {
-		out.Clock = time.Now
-	}
+	// Clock stays nil when not given, as Monotonic does: the consumers of
+	// a client that keep both share one measure of the server's clock
+	// (nil reads time.Now).
 	return &out
 }
 
