@@ -91,43 +91,10 @@ func runWorkerProcess() int {
 		fmt.Fprintln(os.Stderr, "soak worker:", err)
 		return 1
 	}
-	var skew time.Duration
-	if s := os.Getenv(envSkew); s != "" {
-		if skew, err = time.ParseDuration(s); err != nil {
-			fmt.Fprintln(os.Stderr, "soak worker:", err)
-			return 1
-		}
-	}
-	sweep, err := time.ParseDuration(os.Getenv(envSweep))
+	shape, skew, err := readShape()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak worker:", err)
 		return 1
-	}
-	var check time.Duration
-	if s := os.Getenv(envCheck); s != "" {
-		if check, err = time.ParseDuration(s); err != nil {
-			fmt.Fprintln(os.Stderr, "soak worker:", err)
-			return 1
-		}
-	}
-	shape := consumerShape{capacity: workerCapacity, poll: workerPollInterval, sweep: sweep, check: check, maintenance: workerMaintenance}
-	if s := os.Getenv(envCap); s != "" {
-		if shape.capacity, err = strconv.Atoi(s); err != nil {
-			fmt.Fprintln(os.Stderr, "soak worker:", err)
-			return 1
-		}
-	}
-	if s := os.Getenv(envPoll); s != "" {
-		if shape.poll, err = time.ParseDuration(s); err != nil {
-			fmt.Fprintln(os.Stderr, "soak worker:", err)
-			return 1
-		}
-	}
-	if s := os.Getenv(envMaint); s != "" {
-		if shape.maintenance, err = time.ParseDuration(s); err != nil {
-			fmt.Fprintln(os.Stderr, "soak worker:", err)
-			return 1
-		}
 	}
 	// DEBUG: a failure's report shows when each worker swept.
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -154,6 +121,31 @@ func runWorkerProcess() int {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// readShape reads the consumer settings and the clock skew a worker
+// process is given; an unset setting keeps its default.
+func readShape() (shape consumerShape, skew time.Duration, err error) {
+	shape = consumerShape{capacity: workerCapacity, poll: workerPollInterval, maintenance: workerMaintenance}
+	if shape.sweep, err = time.ParseDuration(os.Getenv(envSweep)); err != nil {
+		return shape, 0, err
+	}
+	for _, d := range []struct {
+		env string
+		to  *time.Duration
+	}{{envSkew, &skew}, {envCheck, &shape.check}, {envPoll, &shape.poll}, {envMaint, &shape.maintenance}} {
+		if v := os.Getenv(d.env); v != "" {
+			if *d.to, err = time.ParseDuration(v); err != nil {
+				return shape, 0, fmt.Errorf("%s: %w", d.env, err)
+			}
+		}
+	}
+	if v := os.Getenv(envCap); v != "" {
+		if shape.capacity, err = strconv.Atoi(v); err != nil {
+			return shape, 0, fmt.Errorf("%s: %w", envCap, err)
+		}
+	}
+	return shape, skew, nil
 }
 
 // consumerShape is the consumer settings a worker process is given.
