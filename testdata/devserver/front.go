@@ -46,6 +46,9 @@ type front struct {
 	streams *streams
 	// reader is the front's own backend connection, for the streams' reads; used under exchangeMu.
 	reader backendClient
+	// locks sums the time commands hold exchangeMu, for a lock report; nil when none is asked.
+	locks      *lockReport
+	locksEvery time.Duration
 	// stopStreams ends the streams' service when serve returns.
 	stopStreams context.CancelFunc
 
@@ -83,8 +86,14 @@ func (f *front) serve(ctx context.Context, ln net.Listener) error {
 		f.wg.Go(func() { f.streams.run(streamsCtx) })
 	}
 
+	reportCtx, stopReport := context.WithCancel(ctx)
+	if f.locks != nil {
+		f.wg.Go(func() { f.locks.run(reportCtx, f.locksEvery, f.logger) })
+	}
+
 	err := f.acceptLoop(ctx, ln)
 
+	stopReport()
 	_ = ln.Close()
 	f.closeAll()
 	if f.stopStreams != nil {
@@ -237,13 +246,25 @@ func (f *front) answer(backend net.Conn, backendR *bufio.Reader, req []byte) ([]
 // exchange sends req to the backend and reads what the backend answers to it, holding the one
 // global lock for the whole round trip. It returns the replies to pass on to the client.
 func (f *front) exchange(backend net.Conn, backendR *bufio.Reader, req []byte) ([][]byte, error) {
+	var kind string // for the lock report, named before the lock is taken
+	if f.locks != nil {
+		kind = commandName(req)
+	}
 	f.exchangeMu.Lock()
 	defer f.exchangeMu.Unlock()
+	var covered time.Duration // spent reading for change streams
+	began := time.Now()
+	req, byKey := f.keyWrites(req)
+	if f.locks != nil {
+		defer func() { f.locks.add(kindByKey(kind, byKey), time.Since(began), covered) }()
+	}
 
 	// A write that a change stream covers is read before and after, under the same lock.
 	write := f.streams.watch(req)
 	if write != nil {
+		began := time.Now()
 		write.beforeErr = write.before(&f.reader)
+		covered += time.Since(began)
 	}
 
 	if _, err := backend.Write(req); err != nil {
@@ -256,7 +277,9 @@ func (f *front) exchange(backend net.Conn, backendR *bufio.Reader, req []byte) (
 	}
 
 	if write != nil {
+		began := time.Now()
 		f.streams.record(write, reply, &f.reader)
+		covered += time.Since(began)
 	}
 
 	// A client that sets moreToCome (an unacknowledged write) expects no reply. FerretDB 1.24

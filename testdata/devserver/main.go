@@ -5,7 +5,7 @@
 // Usage:
 //
 //	devserver -dir DATA [-listen 127.0.0.1:27017] [-handler sqlite|postgresql -postgresql-url URL]
-//	          [-no-change-streams] [-change-stream-history N] [-log-level error]
+//	          [-no-change-streams] [-change-stream-history N] [-lock-report 10s] [-log-level error]
 //
 // Once the server answers a ping it prints exactly one line to stdout,
 //
@@ -45,6 +45,9 @@ import (
 	"github.com/FerretDB/FerretDB/ferretdb"
 )
 
+// envLockReport gives -lock-report its default, so that a test's server can report.
+const envLockReport = "MSCHEDULER_DEV_LOCK_REPORT"
+
 // readyTimeout bounds how long start-up may take before the server gives up.
 const readyTimeout = 30 * time.Second
 
@@ -55,7 +58,8 @@ type config struct {
 	postgreSQLURL string
 	logLevel      slog.Level // FerretDB's; the front always logs warnings
 
-	noChangeStreams bool // serve no change streams: $changeStream fails as on bare FerretDB
+	noChangeStreams bool          // serve no change streams: $changeStream fails as on bare FerretDB
+	lockReport      time.Duration // how often to log the lock report; 0: never
 	streams         streamConfig
 }
 
@@ -87,6 +91,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.handler, "handler", "sqlite", "FerretDB storage: sqlite or postgresql")
 	fs.StringVar(&cfg.postgreSQLURL, "postgresql-url", "", "PostgreSQL `URL` for -handler postgresql")
 	fs.BoolVar(&cfg.noChangeStreams, "no-change-streams", false, "serve no change streams ($changeStream fails, as on a standalone server)")
+	fs.DurationVar(&cfg.lockReport, "lock-report", 0,
+		"log every `interval` how long each kind of command held the front's lock (0: never; defaults to $"+envLockReport+")")
 	cfg.streams = defaultStreamConfig()
 	fs.IntVar(&cfg.streams.historySize, "change-stream-history", cfg.streams.historySize,
 		"how many `changes` the change streams keep for resuming; older tokens fail with ChangeStreamHistoryLost")
@@ -101,12 +107,20 @@ func parseFlags(args []string) (config, error) {
 		return cfg, err
 	}
 
+	if err := lockReportFromEnv(fs, &cfg); err != nil {
+		return cfg, err
+	}
+
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 
 	if cfg.dir == "" {
 		return cfg, errors.New("-dir is required")
+	}
+
+	if cfg.lockReport < 0 {
+		return cfg, fmt.Errorf("-lock-report must not be negative, not %s", cfg.lockReport)
 	}
 
 	if cfg.streams.historySize < 1 {
@@ -124,6 +138,23 @@ func parseFlags(args []string) (config, error) {
 	}
 
 	return cfg, nil
+}
+
+// lockReportFromEnv sets cfg.lockReport from $MSCHEDULER_DEV_LOCK_REPORT unless -lock-report was
+// given.
+func lockReportFromEnv(fs *flag.FlagSet, cfg *config) error {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "lock-report" })
+	v := os.Getenv(envLockReport)
+	if given || v == "" {
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("$%s: %w", envLockReport, err)
+	}
+	cfg.lockReport = d
+	return nil
 }
 
 // run serves until ctx is done. It announces the address on stdout once the server answers.
@@ -165,6 +196,9 @@ func run(ctx context.Context, cfg config, stdout io.Writer) error {
 		streams = &cfg.streams
 	}
 	f := newFront(backendURI.Host, logger, streams)
+	if cfg.lockReport > 0 {
+		f.locks, f.locksEvery = &lockReport{}, cfg.lockReport
+	}
 	served := make(chan error, 1)
 	go func() { served <- f.serve(frontCtx, ln) }()
 

@@ -38,16 +38,23 @@ func (c *command) db() string {
 
 // documents returns the array field of the body named key, or the kind-1 section of that name.
 func (c *command) documents(key string) []bson.Raw {
+	docs, _ := c.allDocuments(key)
+	return docs
+}
+
+// allDocuments is documents, and whether it left out no element of the array that is not a
+// document.
+func (c *command) allDocuments(key string) ([]bson.Raw, bool) {
 	if docs, ok := c.sequences[key]; ok {
-		return docs
+		return docs, true
 	}
 	arr, ok := c.body.Lookup(key).ArrayOK()
 	if !ok {
-		return nil
+		return nil, false
 	}
 	values, err := arr.Values()
 	if err != nil {
-		return nil
+		return nil, false
 	}
 	docs := make([]bson.Raw, 0, len(values))
 	for _, v := range values {
@@ -55,7 +62,7 @@ func (c *command) documents(key string) []bson.Raw {
 			docs = append(docs, d)
 		}
 	}
-	return docs
+	return docs, len(docs) == len(values)
 }
 
 // parseCommand decodes an OP_MSG. It returns false for any other message and for a message it

@@ -64,8 +64,8 @@ type testServer struct {
 }
 
 // startServer starts a front with change streams configured by cfg (nil: none), stopped at the
-// end of the test.
-func startServer(t *testing.T, cfg *streamConfig) *testServer {
+// end of the test; setup, if any, configures the front before it serves.
+func startServer(t *testing.T, cfg *streamConfig, setup ...func(*front)) *testServer {
 	t.Helper()
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -73,6 +73,9 @@ func startServer(t *testing.T, cfg *streamConfig) *testServer {
 		t.Fatal(err)
 	}
 	f := newFront(backendHost, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})), cfg)
+	for _, set := range setup {
+		set(f)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- f.serve(ctx, ln) }()

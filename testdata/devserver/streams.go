@@ -131,6 +131,11 @@ func (s *streams) closeIdle(now time.Time) {
 	}
 }
 
+// coversWrites says a stream covers the writes to db.coll now; false on a nil s.
+func (s *streams) coversWrites(db, coll string) bool {
+	return s != nil && s.active.Load() != 0 && s.covered(db, coll)
+}
+
 // covered returns the scopes' coverage that a write to db.coll needs to be read for; coll empty
 // means any collection of db. It ends the spans that lapsed.
 func (s *streams) covered(db, coll string) bool {

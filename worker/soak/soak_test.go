@@ -87,6 +87,7 @@ const (
 	killJitter   = 2 * time.Second
 	faultTail    = 15 * time.Second // kills go on this long past the last wave's window
 	pollEvery    = 500 * time.Millisecond
+	pollBatch    = 2000 // documents a poll reads in one reply
 	readyTimeout = 2 * time.Minute
 	stopTimeout  = time.Minute
 	opTimeout    = 30 * time.Second
@@ -578,6 +579,7 @@ type run struct {
 	// Set by a soak that needs them before loop; TestSoak leaves them.
 	noRestart   bool                                     // no server restart
 	steadyKills bool                                     // a kill every killEvery exactly, not up to killJitter later
+	pollEvery   time.Duration                            // how often the loop reads the collection; 0: pollEvery
 	done        func(d liveTask) bool                    // a task is done; nil: its status is final (isFinal)
 	polled      func(live liveTasks, took time.Duration) // called with every poll that read the collection, and its round trip
 	tick        func(now time.Time)                      // called at every tick of the loop, after the poll
@@ -653,7 +655,7 @@ func (r *run) loop() {
 	}
 	killAt := nextKill()
 	lastProgress := time.Now()
-	tick := time.NewTicker(pollEvery)
+	tick := time.NewTicker(cmp.Or(r.pollEvery, pollEvery))
 	defer tick.Stop()
 	pollErrors := 0
 	for {
@@ -878,7 +880,8 @@ func (r *run) waitHistoryWritten(filter bson.D) {
 func (r *run) poll() (liveTasks, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	cur, err := r.coll.Find(ctx, bson.D{}, options.Find().SetProjection(liveProjection))
+	// One batch: a getMore costs the development server another pass over its cursor.
+	cur, err := r.coll.Find(ctx, bson.D{}, options.Find().SetProjection(liveProjection).SetBatchSize(pollBatch))
 	if err != nil {
 		return nil, err
 	}
