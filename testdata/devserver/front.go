@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -240,7 +241,22 @@ func (f *front) answer(backend net.Conn, backendR *bufio.Reader, req []byte) ([]
 	if u, err, ok := parseUnionAggregate(req); ok {
 		return f.answerUnion(u, err), nil
 	}
+	if unlocked(req) {
+		return f.forward(backend, backendR, req)
+	}
 	return f.exchange(backend, backendR, req)
+}
+
+// unlockedCommands read no data and change none: the front forwards them without its lock, as a
+// MongoDB server answers them beside whatever else it runs. A hello queued behind the lock
+// answered with a localTime taken at the end of its wait, where a client takes it as taken half
+// way through the round trip: on a busy server every client's estimate of the server's clock ran
+// ahead by half the queue, and a worker judged other workers' leases lapsed that early.
+var unlockedCommands = []string{"hello", "isMaster", "ismaster", "ping", "buildInfo", "buildinfo"}
+
+// unlocked says req is one of unlockedCommands.
+func unlocked(req []byte) bool {
+	return slices.Contains(unlockedCommands, peekCommandName(req))
 }
 
 // exchange sends req to the backend and reads what the backend answers to it, holding the one
@@ -267,6 +283,23 @@ func (f *front) exchange(backend net.Conn, backendR *bufio.Reader, req []byte) (
 		covered += time.Since(began)
 	}
 
+	return f.forwardWith(backend, backendR, req, func(reply []byte) {
+		if write != nil {
+			began := time.Now()
+			f.streams.record(write, reply, &f.reader)
+			covered += time.Since(began)
+		}
+	})
+}
+
+// forward sends req to the backend and reads what the backend answers to it, without the lock.
+func (f *front) forward(backend net.Conn, backendR *bufio.Reader, req []byte) ([][]byte, error) {
+	return f.forwardWith(backend, backendR, req, func([]byte) {})
+}
+
+// forwardWith sends req to the backend and returns the replies to pass on to the client; answered
+// hears the backend's first reply before anything else is done with it.
+func (f *front) forwardWith(backend net.Conn, backendR *bufio.Reader, req []byte, answered func(reply []byte)) ([][]byte, error) {
 	if _, err := backend.Write(req); err != nil {
 		return nil, fmt.Errorf("write request: %w", err)
 	}
@@ -275,12 +308,7 @@ func (f *front) exchange(backend net.Conn, backendR *bufio.Reader, req []byte) (
 	if err != nil {
 		return nil, fmt.Errorf("read reply: %w", err)
 	}
-
-	if write != nil {
-		began := time.Now()
-		f.streams.record(write, reply, &f.reader)
-		covered += time.Since(began)
-	}
+	answered(reply)
 
 	// A client that sets moreToCome (an unacknowledged write) expects no reply. FerretDB 1.24
 	// ignores the flag and answers every message anyway (internal/clientconn/conn.go), so the

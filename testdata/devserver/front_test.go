@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // fakeBackend answers every message as FerretDB 1.24 does, moreToCome or not, with an OP_MSG
@@ -263,4 +265,37 @@ func TestFrontShutdown(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// TestHelloIsAnsweredWhileTheLockIsHeld: hello (whose localTime clients take as the server's
+// clock half way through the round trip) does not wait behind commands that hold the lock; a
+// find does.
+func TestHelloIsAnsweredWhileTheLockIsHeld(t *testing.T) {
+	s := startServer(t, nil)
+	ctx := context.Background()
+	if err := s.db.RunCommand(ctx, bson.D{{Key: "ping", Value: 1}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.front.exchangeMu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			s.front.exchangeMu.Unlock()
+		}
+	}()
+	helloCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var reply struct {
+		LocalTime time.Time `bson:"localTime"`
+	}
+	if err := s.db.RunCommand(helloCtx, bson.D{{Key: "hello", Value: 1}}).Decode(&reply); err != nil || reply.LocalTime.IsZero() {
+		t.Fatalf("hello while the lock is held: %+v, %v", reply, err)
+	}
+	findCtx, cancelFind := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelFind()
+	if err := s.db.Collection("c").FindOne(findCtx, bson.D{}).Err(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a find while the lock is held: %v, want it to wait past its deadline", err)
+	}
+	s.front.exchangeMu.Unlock()
+	locked = false
 }
