@@ -19,8 +19,7 @@
 // claim and first ping are answered within its lease. A task whose worker
 // timeout the latency leaves no room in is not left pending while the
 // server stays that slow: its runs get a longer lease, one the server can
-// keep (Stretch), which the claim records on the run; while they do, the
-// limit does not halve (it holds, or grows if the latency falls back). And a claim that
+// keep (Stretch), which the claim records on the run. And a claim that
 // takes more round trips before its runs' first pings asks Affords, which
 // weighs the slowest round trip of the window rather than the average:
 // its runs' leases count from its first command.
@@ -149,8 +148,7 @@ func (l *Limiter) baseline() time.Duration {
 // adjust applies the rules once per step; it reports a change.
 func (l *Limiter) adjust(now time.Time) (Change, bool) {
 	base := l.baseline()
-	// As Stretch judges it: by the slowest round trip of the window.
-	unkeepable := l.lease > 0 && 2*max(l.fast, slices.Max(l.maxs[:]))+Floor >= l.lease
+	unkeepable := l.lease > 0 && 2*l.fast+Floor >= l.lease
 	if unkeepable != l.stuck {
 		was := l.allowed()
 		l.stuck = unkeepable
@@ -167,13 +165,7 @@ func (l *Limiter) adjust(now time.Time) (Change, bool) {
 		return Change{}, false
 	}
 	floor := max(Floor, l.lease/leaseShare)
-	// While the shortest lease is unkeepable, runs get leases sized to
-	// the latency (Stretch): the lease math keeps them, and the baseline,
-	// a lull of a server that several workers keep busy, tells nothing of
-	// this worker's load. Halving then only spreads the same watching
-	// over fewer runs: in a crash trial of four workers on a saturated
-	// development server, each fell to one or two runs of its four.
-	slow := !l.stuck && l.fast >= floor && float64(l.fast) >= SlowFactor*float64(base)
+	slow := l.fast >= floor && float64(l.fast) >= SlowFactor*float64(base)
 	recovered := l.fast < floor || float64(l.fast) < RecoverFactor*float64(base)
 	next := l.limit
 	switch {

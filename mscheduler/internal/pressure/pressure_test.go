@@ -97,26 +97,6 @@ func TestUnkeepableLeaseIsStretched(t *testing.T) {
 	}
 }
 
-// TestStretchedLeasesHoldTheLimit: once the shortest lease is unkeepable
-// by the slowest round trip of the window (as Stretch judges it) and runs
-// get stretched leases, a latency fifty times the baseline does not halve
-// the limit. (A keepable lease and a slow server halve it:
-// TestHalvesWhenSlowAndRecoversByOne.)
-func TestStretchedLeasesHoldTheLimit(t *testing.T) {
-	c := &fakeClock{t: time.Unix(0, 0)}
-	l := New(4, c.now, nil)
-	l.KeepWithin(1500 * time.Millisecond)
-	observeFor(l, c, 20*time.Millisecond, 10*time.Millisecond, time.Second)
-	// Round trips of 1 s (a claim and first ping need 2.25 s): stretched.
-	observeFor(l, c, time.Second, 50*time.Millisecond, 10*time.Second)
-	if need, _ := l.Stretch(); need < 1500*time.Millisecond {
-		t.Fatalf("need %s at 1 s round trips: the 1.5 s lease should be unkeepable", need)
-	}
-	if l.Limit() != 4 {
-		t.Fatalf("limit %d while runs are stretched, want 4", l.Limit())
-	}
-}
-
 // TestBaselineForgetsOldSamples: a low round trip seen long ago no longer
 // counts as the baseline once BaselineWindow has passed, so that a server
 // that is slow for good (a farther region) is not throttled for ever.
