@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -11,8 +10,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // The front runs one command at a time, so the time each kind of command holds its lock is
@@ -124,23 +121,15 @@ func kindByKey(name string, byKey bool) string {
 // commandName names a command for the report: its name and the collection it names, if any. It
 // reads the body's first fields only.
 func commandName(req []byte) string {
-	name := peekCommandName(req)
+	name, body := peekCommandName(req), peekBody(req)
 	if name == "" {
 		return "(not OP_MSG)"
-	}
-	const body = headerLen + 4 + 1 // after the flags and the section kind
-	doc := bson.Raw(req[body:])
-	if len(doc) < 4 {
-		return name
-	}
-	if size := int(binary.LittleEndian.Uint32(doc)); size >= 5 && size <= len(doc) {
-		doc = doc[:size]
 	}
 	field := name
 	if name == "getMore" {
 		field = "collection"
 	}
-	if coll, ok := doc.Lookup(field).StringValueOK(); ok {
+	if coll, ok := body.Lookup(field).StringValueOK(); ok {
 		return name + " " + coll
 	}
 	return name

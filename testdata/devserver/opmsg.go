@@ -225,15 +225,31 @@ func errorDoc(err error) bson.D {
 	}
 }
 
+// bodyStart is where an OP_MSG's body starts when it is the first section: after the header,
+// the flags and the section kind.
+const bodyStart = headerLen + 4 + 1
+
+// peekBody returns the body of an OP_MSG whose name peekCommandName reads, bounded by its size
+// but not decoded; nil for any other message.
+func peekBody(msg []byte) bson.Raw {
+	if peekCommandName(msg) == "" {
+		return nil
+	}
+	doc := msg[bodyStart:]
+	if size := int(binary.LittleEndian.Uint32(doc)); size >= 5 && size <= len(doc) {
+		return doc[:size]
+	}
+	return nil
+}
+
 // peekCommandName returns the name of the command in an OP_MSG without decoding it: the first
 // key of its body, when the body is the first section (as drivers send it). It returns "" for
 // anything else.
 func peekCommandName(msg []byte) string {
-	const body = headerLen + 4 + 1 // after the flags and the section kind
-	if len(msg) < body+5+1 || binary.LittleEndian.Uint32(msg[12:16]) != opMsg || msg[headerLen+4] != 0 {
+	if len(msg) < bodyStart+5+1 || binary.LittleEndian.Uint32(msg[12:16]) != opMsg || msg[headerLen+4] != 0 {
 		return ""
 	}
-	key := msg[body+5:] // after the document's length and the first element's type
+	key := msg[bodyStart+5:] // after the document's length and the first element's type
 	for i, b := range key {
 		if b == 0 {
 			return string(key[:i])
