@@ -264,15 +264,15 @@ func unlocked(req []byte) bool {
 func (f *front) exchange(backend net.Conn, backendR *bufio.Reader, req []byte) ([][]byte, error) {
 	var kind string // for the lock report, named before the lock is taken
 	if f.locks != nil {
-		kind = commandName(req)
+		kind = f.locks.kindOf(req)
 	}
 	f.exchangeMu.Lock()
 	defer f.exchangeMu.Unlock()
 	var covered time.Duration // spent reading for change streams
 	began := time.Now()
-	req, byKey := f.keyWrites(req)
+	req, keyed := f.keyWrites(req)
 	if f.locks != nil {
-		defer func() { f.locks.add(kindByKey(kind, byKey), time.Since(began), covered) }()
+		defer func() { f.locks.add(kindByKey(kind, keyed), time.Since(began), covered) }()
 	}
 
 	// A write that a change stream covers is read before and after, under the same lock.

@@ -41,31 +41,40 @@ const keyedWriteMaxStatements = 256
 // MongoDB allows a command beyond it).
 const maxBodySize = 16<<20 + 16<<10
 
+// How a write was keyed, for the lock report.
+const (
+	notKeyed   = ""
+	keyedByID  = "by key"
+	keyedFirst = "by key, found by a read" // see narrowing.first
+)
+
 // keyWrites returns req with the filters of its _id-fenced statements narrowed (see
-// narrowing.filter), and true; or req itself and false, to send it as it is.
-func (f *front) keyWrites(req []byte) ([]byte, bool) {
+// narrowing.filter), and how (keyedByID, keyedFirst); or req itself and notKeyed, to send it as
+// it is.
+func (f *front) keyWrites(req []byte) ([]byte, string) {
 	name := peekCommandName(req)
 	if name != "update" && name != "findAndModify" && name != "findandmodify" {
-		return req, false
+		return req, notKeyed
 	}
 	cmd, ok := parseCommand(req)
 	if !ok || cmd.flags&flagChecksumPresent != 0 {
-		return req, false
+		return req, notKeyed
 	}
 	coll, ok := cmd.body.Lookup(name).StringValueOK()
 	if !ok {
-		return req, false
+		return req, notKeyed
 	}
 	var body bson.Raw
+	how := keyedByID
 	if name == "update" {
 		body = f.keyUpdate(cmd, coll)
 	} else {
-		body = f.keyFindAndModify(cmd, coll)
+		body, how = f.keyFindAndModify(cmd, coll)
 	}
 	if body == nil {
-		return req, false
+		return req, notKeyed
 	}
-	return requestBytes(cmd, body), true
+	return requestBytes(cmd, body), how
 }
 
 // keyUpdate returns the update's body with its statements keyed, or nil to send it as it is.
@@ -122,33 +131,35 @@ func (f *front) keyUpdate(cmd *command, coll string) bson.Raw {
 // streams read the document it changes before it runs (a scan), and the write itself would scan
 // again; the front reads which document that is instead, and the write and the streams' read go
 // by key.
-func (f *front) keyFindAndModify(cmd *command, coll string) bson.Raw {
+func (f *front) keyFindAndModify(cmd *command, coll string) (bson.Raw, string) {
 	b := cmd.body
 	if truthy(b.Lookup("upsert")) || hasAny(b, "collation", "hint", "arrayFilters") || b.Lookup("update").Type == bson.TypeArray {
-		return nil
+		return nil, notKeyed
 	}
 	if q, err := b.LookupErr("query"); err == nil && q.Type != bson.TypeEmbeddedDocument {
-		return nil // FerretDB refuses it
+		return nil, notKeyed // FerretDB refuses it
 	}
 	n := &narrowing{f: f, db: cmd.db(), coll: coll}
 	var to bson.D
+	how := keyedByID
 	if id, ok := keyableFilter(b.Lookup("query")); ok {
 		to, ok = n.filter(id, b.Lookup("query"))
 		if !ok {
-			return nil
+			return nil, notKeyed
 		}
 	} else if f.streams.coversWrites(n.db, coll) {
 		if to, ok = n.first(b.Lookup("query"), b.Lookup("sort")); !ok {
-			return nil
+			return nil, notKeyed
 		}
+		how = keyedFirst
 	} else {
-		return nil
+		return nil, notKeyed
 	}
 	body, err := withField(b, "query", to)
 	if err != nil {
-		return nil
+		return nil, notKeyed
 	}
-	return body
+	return body, how
 }
 
 // first returns the filter, looked up by key, of the first document filter matches now in the

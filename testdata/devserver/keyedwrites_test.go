@@ -228,7 +228,8 @@ func TestKeyWritesNarrowsOnlyWhatMatches(t *testing.T) {
 func keyWritesLocked(f *front, req []byte) ([]byte, bool) {
 	f.exchangeMu.Lock()
 	defer f.exchangeMu.Unlock()
-	return f.keyWrites(req)
+	got, how := f.keyWrites(req)
+	return got, how != notKeyed
 }
 
 func mustCommand(t *testing.T, req []byte) *command {
@@ -263,9 +264,11 @@ func TestAFindAndModifyOfNoIDIsKeyedWhereAStreamReadsItAnyway(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stream.Close(ctx)
-	got, byKey := keyWritesLocked(s.front, request(claim()))
-	if q := mustCommand(t, got).body.Lookup("query").Document(); !byKey || q.String() != `{"_id": "b"}` {
-		t.Errorf("keyed %v to %s, want the first running task by the sort, b", byKey, q)
+	s.front.exchangeMu.Lock()
+	got, how := s.front.keyWrites(request(claim()))
+	s.front.exchangeMu.Unlock()
+	if q := mustCommand(t, got).body.Lookup("query").Document(); how != keyedFirst || q.String() != `{"_id": "b"}` {
+		t.Errorf("keyed %q to %s, want %q to the first running task by the sort, b", how, q, keyedFirst)
 	}
 
 	// Through the driver: the claim takes b, then a, then nothing, and the stream sees each.

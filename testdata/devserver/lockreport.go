@@ -20,6 +20,8 @@ import (
 
 // lockReport sums the time commands held the front's lock, by kind.
 type lockReport struct {
+	shapes bool // kinds name the fields a command's filter tests (see commandShape); set before use
+
 	mu    sync.Mutex // guards kinds
 	kinds map[string]*lockKind
 }
@@ -109,11 +111,20 @@ func (r *lockReport) run(ctx context.Context, every time.Duration, logger *slog.
 	}
 }
 
-// kindByKey is a command's kind in the report: its name (see commandName), marked when the front
-// sent it by key (see keyedwrites.go).
-func kindByKey(name string, byKey bool) string {
-	if byKey {
-		return name + " (by key)"
+// kindOf is the kind of command req is: its name and collection (see commandName), and the shape
+// of its filter when the report asks for shapes.
+func (r *lockReport) kindOf(req []byte) string {
+	if r.shapes {
+		return commandName(req) + commandShape(req)
+	}
+	return commandName(req)
+}
+
+// kindByKey is a command's kind in the report: its name (see commandName), marked with how the
+// front keyed it (see keyedwrites.go), if it did.
+func kindByKey(name, how string) string {
+	if how != notKeyed {
+		return name + " (" + how + ")"
 	}
 	return name
 }

@@ -97,8 +97,61 @@ func TestLockReportFlag(t *testing.T) {
 	if _, err = parseFlags([]string{"-dir", t.TempDir(), "-lock-report", "-1s"}); err == nil || !strings.Contains(err.Error(), "-lock-report") {
 		t.Errorf("-lock-report -1s gave %v, want an error naming the flag", err)
 	}
+	if cfg.lockReportShapes {
+		t.Errorf("shapes on with neither -lock-report-shapes nor $%s", envLockReportShapes)
+	}
+	t.Setenv(envLockReportShapes, "1")
+	if cfg, err = parseFlags([]string{"-dir", t.TempDir()}); err != nil || !cfg.lockReportShapes {
+		t.Errorf("$%s=1 gave shapes %v, %v", envLockReportShapes, cfg.lockReportShapes, err)
+	}
+	if cfg, err = parseFlags([]string{"-dir", t.TempDir(), "-lock-report-shapes=false"}); err != nil || cfg.lockReportShapes {
+		t.Errorf("-lock-report-shapes=false beside $%s gave shapes %v, %v", envLockReportShapes, cfg.lockReportShapes, err)
+	}
 	t.Setenv(envLockReport, "soon")
 	if _, err = parseFlags([]string{"-dir", t.TempDir()}); err == nil || !strings.Contains(err.Error(), envLockReport) {
 		t.Errorf("$%s=soon gave %v, want an error naming it", envLockReport, err)
+	}
+}
+
+// TestCommandShapeNamesWhatTheFilterTests: with shapes on, the report tells commands apart by the
+// fields their filters test and how, one kind for every worker's entry of a map, and a command
+// whose parts are not of the types it expects still has a kind.
+func TestCommandShapeNamesWhatTheFilterTests(t *testing.T) {
+	msg := func(body bson.D) []byte {
+		t.Helper()
+		doc, err := bson.Marshal(append(body, bson.E{Key: "$db", Value: "db"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return opMsgBytes(0, doc)
+	}
+	report := &lockReport{shapes: true}
+	lte := bson.D{{Key: "$lte", Value: 5}}
+	for _, c := range []struct {
+		body bson.D
+		want string
+	}{
+		{bson.D{{Key: "find", Value: "tasks"}, {Key: "filter", Value: bson.D{{Key: "status", Value: "p"}, {Key: "run_at", Value: lte}, {Key: "holders.w1.run", Value: bson.D{{Key: "$exists", Value: false}}}}},
+			{Key: "sort", Value: bson.D{{Key: "priority", Value: -1}}}},
+			"find tasks {holders.…:$exists,run_at:$lte,status} sort{priority}"},
+		{bson.D{{Key: "find", Value: "tasks"}, {Key: "filter", Value: bson.D{{Key: "holders.w2.run", Value: bson.D{{Key: "$exists", Value: false}}}, {Key: "run_at", Value: lte}, {Key: "status", Value: "p"}}},
+			{Key: "sort", Value: bson.D{{Key: "priority", Value: -1}}}},
+			"find tasks {holders.…:$exists,run_at:$lte,status} sort{priority}"},
+		{bson.D{{Key: "update", Value: "tasks"}, {Key: "updates", Value: bson.A{
+			bson.D{{Key: "q", Value: bson.D{{Key: "_id", Value: "a"}}}, {Key: "u", Value: bson.D{{Key: "$unset", Value: bson.D{{Key: "x", Value: 1}}}}}},
+			bson.D{{Key: "q", Value: bson.D{{Key: "_id", Value: "b"}}}, {Key: "u", Value: bson.D{{Key: "$unset", Value: bson.D{{Key: "x", Value: 1}}}}}},
+		}}}, "update tasks x2 {_id} u{$unset}"},
+		{bson.D{{Key: "aggregate", Value: "tasks"}, {Key: "pipeline", Value: bson.A{bson.D{{Key: "$match", Value: bson.D{{Key: "run_at", Value: lte}}}}, bson.D{{Key: "$limit", Value: 1}}}}},
+			"aggregate tasks [$match {run_at:$lte}, 2 stages]"},
+		{bson.D{{Key: "aggregate", Value: "tasks"}, {Key: "pipeline", Value: "not an array"}}, "aggregate tasks []"},
+		{bson.D{{Key: "update", Value: "tasks"}, {Key: "updates", Value: 7}}, "update tasks"},
+		{bson.D{{Key: "find", Value: "tasks"}, {Key: "filter", Value: 7}}, "find tasks {} sort{}"},
+	} {
+		if got := report.kindOf(msg(c.body)); got != c.want {
+			t.Errorf("kind of %v = %q, want %q", c.body, got, c.want)
+		}
+	}
+	if got := (&lockReport{}).kindOf(msg(bson.D{{Key: "find", Value: "tasks"}, {Key: "filter", Value: bson.D{{Key: "a", Value: 1}}}})); got != "find tasks" {
+		t.Errorf("without shapes: kind %q, want %q", got, "find tasks")
 	}
 }

@@ -31,3 +31,17 @@ func TestPoolDefaultsSizeThePostgreSQLPool(t *testing.T) {
 		t.Error("a URL that does not parse was accepted")
 	}
 }
+
+// TestGCPercentUnlessGOGCIsSet: the server collects garbage less often than Go's default, unless
+// GOGC says how often.
+func TestGCPercentUnlessGOGCIsSet(t *testing.T) {
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+	if p, ok := gcPercent(getenv); !ok || p != gcPercentDefault {
+		t.Errorf("GOGC unset: gcPercent = %d, %v; want %d, true", p, ok, gcPercentDefault)
+	}
+	env["GOGC"] = "100"
+	if p, ok := gcPercent(getenv); ok {
+		t.Errorf("GOGC=100: gcPercent = %d, %v; want it left alone", p, ok)
+	}
+}
