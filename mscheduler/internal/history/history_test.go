@@ -2,11 +2,16 @@ package history_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mscheduler/mscheduler/mscheduler/internal/history"
 	"github.com/mscheduler/mscheduler/mscheduler/internal/stored"
@@ -39,6 +44,60 @@ func TestTheRealRecordReplacesAnUnknownOne(t *testing.T) {
 	}
 	if got.Record.Outcome != stored.OutcomeSucceeded || got.Record.WorkerID != "w" {
 		t.Fatalf("history holds %+v, want the real (succeeded) record", got.Record)
+	}
+}
+
+// TestRecordsFoundInPlaceAreReplacedInOneCommand: a batch of records
+// of which five find unknown ones in their place and one is new costs one
+// insert and one update, and leaves the real outcomes.
+func TestRecordsFoundInPlaceAreReplacedInOneCommand(t *testing.T) {
+	var mu sync.Mutex
+	sent := map[string]int{} // commands on the history collection, by name
+	var runs string
+	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if coll, ok := e.Command.Lookup(e.CommandName).StringValueOK(); ok && coll == runs {
+			mu.Lock()
+			sent[e.CommandName]++
+			mu.Unlock()
+		}
+	}}
+	client, err := mongo.Connect(options.Client().ApplyURI(mschedulertest.URI()).SetMonitor(monitor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	coll := history.Collection(mschedulertest.CollectionOf(t, client))
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Millisecond)
+	var unknown, real []stored.HistoryRecord
+	for i := range 5 {
+		id := fmt.Sprintf("r%d", i)
+		unknown = append(unknown, history.Record("k", stored.RunRecord{RunID: id, Finished: now, Outcome: stored.OutcomeUnknown}, keep))
+		real = append(real, history.Record("k", stored.RunRecord{RunID: id, WorkerID: "w", Finished: now, Outcome: stored.OutcomeSucceeded}, keep))
+	}
+	real = append(real, history.Record("k", stored.RunRecord{RunID: "new", WorkerID: "w", Finished: now, Outcome: stored.OutcomeFailed}, keep))
+	if err := history.Insert(ctx, coll, unknown); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	runs, sent = coll.Name(), map[string]int{}
+	mu.Unlock()
+	if err := history.Insert(ctx, coll, real); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if sent["insert"] != 1 || sent["update"] != 1 || len(sent) != 2 {
+		t.Errorf("commands sent: %v, want one insert and one update", sent)
+	}
+	mu.Unlock()
+	for _, want := range real {
+		var got stored.HistoryRecord
+		if err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: want.ID}}).Decode(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Record.Outcome != want.Record.Outcome || got.Record.WorkerID != "w" {
+			t.Errorf("record %s holds %+v, want outcome %s", want.ID, got.Record, want.Record.Outcome)
+		}
 	}
 }
 
