@@ -55,10 +55,9 @@ func IndexModels() []mongo.IndexModel {
 // record that finds in its place one of outcome unknown (written by the
 // maintenance pass for a run whose task no longer kept its record) takes
 // its place: the real outcome wins. The records found in place are
-// replaced in one more command, whatever their number: a maintenance pass
-// that writes the records of marks whose removal was late finds them all
-// written already, and a command each was a tenth of a busy development
-// server's time.
+// replaced in one more command, whatever their number: on a busy server
+// whole batches were found written already, and a command each cost a
+// twentieth of its time.
 func Insert(ctx context.Context, coll *mongo.Collection, docs []stored.HistoryRecord) error {
 	if len(docs) == 0 {
 		return nil
