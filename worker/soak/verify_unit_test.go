@@ -73,3 +73,29 @@ func TestVerifierReportsHistoryChecks(t *testing.T) {
 		})
 	}
 }
+
+// TestAnEndCutByTheServersKillIsExcused: a handler that ended while the
+// server was down, or just before it was killed (its end on the way), may
+// have lost its end to the outage; one that ended a lease or more before
+// the kill, or after the server was back, had its chance; with no outage,
+// nothing is excused.
+func TestAnEndCutByTheServersKillIsExcused(t *testing.T) {
+	kill := time.Unix(1000, 0)
+	outage := span{begin: kill, end: kill.Add(3 * time.Second)}
+	for _, c := range []struct {
+		at   time.Time
+		want bool
+	}{
+		{kill.Add(-20 * time.Millisecond), true},
+		{kill.Add(time.Second), true},
+		{kill.Add(-trialLease - time.Millisecond), false},
+		{outage.end.Add(time.Millisecond), false},
+	} {
+		if got := excusedByOutage(outage, c.at); got != c.want {
+			t.Errorf("ended %s from the kill: excused %v, want %v", c.at.Sub(kill), got, c.want)
+		}
+	}
+	if excusedByOutage(span{}, time.Time{}) {
+		t.Error("no outage excused a run")
+	}
+}
