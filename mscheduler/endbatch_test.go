@@ -238,10 +238,10 @@ func markPulls() *updateStatements {
 	}}
 }
 
-// TestHistoryMarksRideWithRunEnds: while runs are going, the statements
-// that remove the marks of runs whose history records are written go with
-// the next batch of run ends instead of a command of their own; once no
-// run is going, they go alone.
+// TestHistoryMarksRideWithRunEnds: the statements that remove the marks
+// of runs whose history records are written go with the next batch of run
+// ends instead of a command of their own; those no run end takes within
+// the historian's carry wait go alone.
 func TestHistoryMarksRideWithRunEnds(t *testing.T) {
 	const n = 8
 	coll := mschedulertest.Collection(t)
@@ -283,10 +283,53 @@ func TestHistoryMarksRideWithRunEnds(t *testing.T) {
 		t.Errorf("statements per run-end command = %v, want %v (the second with the first runs' mark removals)", got, want)
 	}
 	if got, want := pulls.snapshot(), []int{n / 2}; fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("statements per mark-removal command = %v, want %v (only the second runs', alone once no run was going)", got, want)
+		t.Errorf("statements per mark-removal command = %v, want %v (only the second runs', alone once no run end came)", got, want)
 	}
 	if got := countDocs(t, historyOf(coll), bson.D{}); got != n {
 		t.Errorf("%d history records, want %d", got, n)
+	}
+}
+
+// TestAMarkRemovalRidesWithARunEndAlone: a consumer ends one run at a
+// time; the removal of the first run's history mark goes with the second
+// run's end, one command for both, and only the last run's goes alone.
+func TestAMarkRemovalRidesWithARunEndAlone(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	tasks := []mscheduler.Task[int]{
+		{Key: "first", Params: 0, Priority: 1, PingInterval: 20 * time.Second, WorkerTimeout: time.Minute},
+		{Key: "second", Params: 1, PingInterval: 20 * time.Second, WorkerTimeout: time.Minute},
+	}
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	ends, pulls := endCommands(), markPulls()
+	client := mschedulertest.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{
+		Started: func(ctx context.Context, e *event.CommandStartedEvent) { ends.started(ctx, e); pulls.started(ctx, e) },
+	}))
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Capacity = 1
+	release := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	c := startConsumer(t, dbCollection(client, coll), func(ctx context.Context, task *mscheduler.Task[int]) (int, error) {
+		return holdUntil(release[task.Params])(ctx, task)
+	}, cfg)
+
+	close(release[0])
+	ev.WaitCount(t, mscheduler.EventSucceeded, 1)
+	waitUntil(t, waitTimeout, "the first run's mark removal to wait for a run end", func() bool {
+		return mscheduler.CarriedPulls(c) == 1
+	})
+	close(release[1])
+	ev.WaitCount(t, mscheduler.EventSucceeded, 2)
+	waitUntil(t, waitTimeout, "every mark removed", func() bool {
+		return countDocs(t, coll, bson.D{{Key: "unlogged", Value: bson.D{{Key: "$gt", Value: bson.D{}}}}}) == 0
+	})
+	if got, want := ends.snapshot(), []int{1, 2}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("statements per run-end command = %v, want %v (the second run's end with the first run's mark removal)", got, want)
+	}
+	if got, want := pulls.snapshot(), []int{1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("statements per mark-removal command = %v, want %v (the second run's alone)", got, want)
 	}
 }
 

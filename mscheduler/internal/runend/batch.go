@@ -205,8 +205,10 @@ func (b *Batcher) flush(ctx context.Context, batch []*request) {
 			answer(i, ErrWriteAlone)
 		}
 	}()
-	if len(batch) == 1 {
-		return // alone, it takes the plain path: no read after a miss
+	if len(batch) == 1 && b.Carried() == 0 {
+		// Alone, it takes the plain path: no read after a miss. With
+		// statements carried, it takes them along in one command.
+		return
 	}
 	models := make([]mongo.WriteModel, 0, len(batch))
 	index := make([]int, 0, len(batch)) // batch index of each statement
