@@ -238,6 +238,20 @@ func markPulls() *updateStatements {
 	}}
 }
 
+// publishCountingEnds publishes tasks and returns a client whose
+// run-end and mark-removal commands are counted.
+func publishCountingEnds(t *testing.T, p *mscheduler.Producer[int], tasks []mscheduler.Task[int]) (ends, pulls *updateStatements, client *mongo.Client) {
+	t.Helper()
+	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	ends, pulls = endCommands(), markPulls()
+	client = mschedulertest.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{
+		Started: func(ctx context.Context, e *event.CommandStartedEvent) { ends.started(ctx, e); pulls.started(ctx, e) },
+	}))
+	return ends, pulls, client
+}
+
 // TestHistoryMarksRideWithRunEnds: the statements that remove the marks
 // of runs whose history records are written go with the next batch of run
 // ends instead of a command of their own; those no run end takes within
@@ -250,13 +264,7 @@ func TestHistoryMarksRideWithRunEnds(t *testing.T) {
 	for i := range tasks {
 		tasks[i] = mscheduler.Task[int]{Key: fmt.Sprintf("k%d", i), Params: i, PingInterval: 20 * time.Second, WorkerTimeout: time.Minute}
 	}
-	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
-		t.Fatal(err)
-	}
-	ends, pulls := endCommands(), markPulls()
-	client := mschedulertest.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{
-		Started: func(ctx context.Context, e *event.CommandStartedEvent) { ends.started(ctx, e); pulls.started(ctx, e) },
-	}))
+	ends, pulls, client := publishCountingEnds(t, p, tasks)
 	ev := mschedulertest.NewEvents()
 	cfg := fastConfig("w", ev)
 	cfg.Capacity, cfg.EndBatchWindow = n, 200*time.Millisecond
@@ -300,13 +308,7 @@ func TestAMarkRemovalRidesWithARunEndAlone(t *testing.T) {
 		{Key: "first", Params: 0, Priority: 1, PingInterval: 20 * time.Second, WorkerTimeout: time.Minute},
 		{Key: "second", Params: 1, PingInterval: 20 * time.Second, WorkerTimeout: time.Minute},
 	}
-	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
-		t.Fatal(err)
-	}
-	ends, pulls := endCommands(), markPulls()
-	client := mschedulertest.NewClient(t, options.Client().SetMonitor(&event.CommandMonitor{
-		Started: func(ctx context.Context, e *event.CommandStartedEvent) { ends.started(ctx, e); pulls.started(ctx, e) },
-	}))
+	ends, pulls, client := publishCountingEnds(t, p, tasks)
 	ev := mschedulertest.NewEvents()
 	cfg := fastConfig("w", ev)
 	cfg.Capacity = 1
