@@ -74,28 +74,29 @@ func TestVerifierReportsHistoryChecks(t *testing.T) {
 	}
 }
 
-// TestAnEndCutByTheServersKillIsExcused: a handler that ended while the
-// server was down, or just before it was killed (its end on the way), may
-// have lost its end to the outage; one that ended a lease or more before
-// the kill, or after the server was back, had its chance; with no outage,
-// nothing is excused.
+// TestAnEndCutByTheServersKillIsExcused: a run may have lost its end to
+// the server's outage when its handler ended while the server was down,
+// or before it was back with the run's lease still holding at the kill; a
+// run whose lease had lapsed before the kill, or whose handler ended after
+// the server was back, had its chance; with no outage, nothing is excused.
 func TestAnEndCutByTheServersKillIsExcused(t *testing.T) {
 	kill := time.Unix(1000, 0)
 	outage := span{begin: kill, end: kill.Add(3 * time.Second)}
 	for _, c := range []struct {
-		at   time.Time
-		want bool
+		ended, leaseUntil time.Duration // from the kill
+		want              bool
 	}{
-		{kill.Add(-20 * time.Millisecond), true},
-		{kill.Add(time.Second), true},
-		{kill.Add(-trialLease - time.Millisecond), false},
-		{outage.end.Add(time.Millisecond), false},
+		{-20 * time.Millisecond, time.Second, true},
+		{-1200 * time.Millisecond, 400 * time.Millisecond, true},
+		{time.Second, -time.Second, true}, // ended while the server was down
+		{-2 * time.Second, -500 * time.Millisecond, false},
+		{4 * time.Second, 5 * time.Second, false},
 	} {
-		if got := excusedByOutage(outage, c.at); got != c.want {
-			t.Errorf("ended %s from the kill: excused %v, want %v", c.at.Sub(kill), got, c.want)
+		if got := excusedByOutage(outage, kill.Add(c.ended), kill.Add(c.leaseUntil)); got != c.want {
+			t.Errorf("ended %s and lease until %s from the kill: excused %v, want %v", c.ended, c.leaseUntil, got, c.want)
 		}
 	}
-	if excusedByOutage(span{}, time.Time{}) {
+	if excusedByOutage(span{}, time.Time{}, time.Time{}) {
 		t.Error("no outage excused a run")
 	}
 }
