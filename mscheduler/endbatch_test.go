@@ -252,10 +252,10 @@ func publishCountingEnds(t *testing.T, p *mscheduler.Producer[int], tasks []msch
 	return ends, pulls, client
 }
 
-// TestHistoryMarksRideWithRunEnds: the statements that remove the marks
-// of runs whose history records are written go with the next batch of run
-// ends instead of a command of their own; those no run end takes within
-// the historian's carry wait go alone.
+// TestHistoryMarksRideWithRunEnds: while runs are going, the statements
+// that remove the marks of runs whose history records are written go with
+// the next batch of run ends instead of a command of their own; once no
+// run is going, they go alone.
 func TestHistoryMarksRideWithRunEnds(t *testing.T) {
 	const n = 8
 	coll := mschedulertest.Collection(t)
@@ -291,7 +291,7 @@ func TestHistoryMarksRideWithRunEnds(t *testing.T) {
 		t.Errorf("statements per run-end command = %v, want %v (the second with the first runs' mark removals)", got, want)
 	}
 	if got, want := pulls.snapshot(), []int{n / 2}; fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("statements per mark-removal command = %v, want %v (only the second runs', alone once no run end came)", got, want)
+		t.Errorf("statements per mark-removal command = %v, want %v (only the second runs', alone once no run was going)", got, want)
 	}
 	if got := countDocs(t, historyOf(coll), bson.D{}); got != n {
 		t.Errorf("%d history records, want %d", got, n)
@@ -300,7 +300,8 @@ func TestHistoryMarksRideWithRunEnds(t *testing.T) {
 
 // TestAMarkRemovalRidesWithARunEndAlone: a consumer ends one run at a
 // time; the removal of the first run's history mark goes with the second
-// run's end, one command for both, and only the last run's goes alone.
+// run's end, written alone, one command for both, and only the last
+// run's, once no run is going, goes alone.
 func TestAMarkRemovalRidesWithARunEndAlone(t *testing.T) {
 	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)

@@ -167,7 +167,7 @@ func New(coll *mongo.Collection, c *Config) *Engine {
 	con.history = history.NewHistorian(con.coll, c.Retention, c.WriteTimeout, con.log, func(err error) {
 		con.log.Warn("run history not written yet; the maintenance pass will", "error", err)
 		con.emit(Event{Kind: EventError, Err: err})
-	}, carrier)
+	}, carrier, con.busy)
 	con.stream = &watch.Stream{Coll: con.coll, Wake: con.wake, Cancel: con.cancelRuns, Error: con.loopError,
 		Idle: func() bool { return con.held.Load() < int64(c.Capacity) }}
 	con.poll = con.newPollProbe()
@@ -202,6 +202,10 @@ func (c *Engine) inspect(raw bson.Raw) *stored.Problem {
 	_, prob := c.cfg.Documents.Inspect(raw)
 	return prob
 }
+
+// busy says runs are going, or the last claim left work waiting: either
+// way a run end is on its way.
+func (c *Engine) busy() bool { return c.Running() > 0 || c.backlog.Load() }
 
 // WorkerID is the id this consumer claims runs under.
 func (c *Engine) WorkerID() string { return c.cfg.WorkerID }

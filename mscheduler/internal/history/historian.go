@@ -29,30 +29,31 @@ const (
 // server unreachable) is not lost: its id stays in unlogged, and the
 // maintenance pass writes it later from the task's runs.
 //
-// The pulls ride with the consumer's next run end (its batch, or the end
-// alone) instead of costing a command of their own; what no run end took
-// within historyCarryWait is sent alone. A consumer ending one run at a
-// time mostly had no run going when its records were written, and sent
-// each removal alone: a command a run.
+// While the consumer is busy, the pulls ride with its next run end (a
+// batch, or a run end alone) instead of costing a command of their own;
+// what no run end took within historyCarryWait is sent alone. An idle
+// consumer sends them at once: no run end is coming, and a mark waiting
+// holds back the deletion of its task (retention, DeleteFinished).
 type Historian struct {
 	tasks, history *mongo.Collection
 	retention      taskstate.Retention
 	writeTimeout   time.Duration
 	log            *slog.Logger
 	onError        func(error)
-	ends           Carrier // nil when run ends are written alone
+	ends           Carrier     // nil when run ends are written alone
+	busy           func() bool // a run end is on its way
 
 	queue chan stored.HistoryRecord // written by run ends, read by the loop
 }
 
 // NewHistorian makes the historian of a consumer of tasks. ends, when not
-// nil, is the run-end batcher the removals of history marks ride with;
-// onError hears of the records it could not write (the maintenance pass
-// writes them later).
+// nil, is the run-end batcher the removals of history marks ride with
+// while busy says a run end is on its way; onError hears of the records
+// it could not write (the maintenance pass writes them later).
 func NewHistorian(tasks *mongo.Collection, retention taskstate.Retention, writeTimeout time.Duration, log *slog.Logger, onError func(error),
-	ends Carrier) *Historian {
+	ends Carrier, busy func() bool) *Historian {
 	return &Historian{tasks: tasks, history: Collection(tasks), retention: retention, writeTimeout: writeTimeout,
-		log: log, onError: onError, ends: ends, queue: make(chan stored.HistoryRecord, historyQueue)}
+		log: log, onError: onError, ends: ends, busy: busy, queue: make(chan stored.HistoryRecord, historyQueue)}
 }
 
 // Add queues a run's record; it never blocks.
@@ -106,8 +107,8 @@ func (h *Historian) Loop(ctx context.Context) {
 var errWriteTimeout = errors.New("mscheduler: history write timed out")
 
 // flush writes a batch and returns it emptied for reuse. The pulls go with
-// the next run end when carried (the timer that sends them alone if no run
-// end took them) is given; alone otherwise.
+// the next run end when the consumer is busy and carried (the timer that
+// sends them alone if no run end took them) is given; alone otherwise.
 func (h *Historian) flush(batch []stored.HistoryRecord, carried *time.Timer) []stored.HistoryRecord {
 	if len(batch) == 0 {
 		return batch
@@ -123,7 +124,7 @@ func (h *Historian) flush(batch []stored.HistoryRecord, carried *time.Timer) []s
 		logged[d.Key] = append(logged[d.Key], d.ID)
 	}
 	pulls := Pulls(logged)
-	if h.ends != nil && carried != nil {
+	if h.ends != nil && carried != nil && h.busy() {
 		if h.ends.Carry(pulls) {
 			// Not when some wait already: pushed back at each flush, the
 			// timer might never fire.
