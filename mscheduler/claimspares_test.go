@@ -17,32 +17,39 @@ import (
 )
 
 // claimReads counts, on a client of its own, the candidate queries (finds
-// sorted in claim order) and the claims by findAndModify it sends.
-type claimReads struct{ candidates, findAndModify atomic.Int64 }
+// sorted in claim order), the claims by findAndModify it sends (byKey: of
+// them, those that name their task's _id), and the reads back of claimed
+// tasks (finds of a list of _ids).
+type claimReads struct{ candidates, findAndModify, byKey, readBacks atomic.Int64 }
 
 func (r *claimReads) monitor() *event.CommandMonitor {
 	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
 		switch {
 		case e.CommandName == "findAndModify" && e.Command.Lookup("update", "$inc", "running").Type != 0:
 			r.findAndModify.Add(1)
+			if e.Command.Lookup("query", "_id").Type != 0 {
+				r.byKey.Add(1)
+			}
 		case e.CommandName == "find" && e.Command.Lookup("sort", "priority").Type != 0 && e.Command.Lookup("filter", "free").Type != 0:
 			r.candidates.Add(1)
+		case e.CommandName == "find" && e.Command.Lookup("filter", "_id", "$in").Type != 0:
+			r.readBacks.Add(1)
 		}
 	}}
 }
 
-// drainOneSlot publishes n tasks of one priority, due one millisecond
-// apart, drains them with a consumer of one slot configured by edit, and
-// returns the keys in the order their handlers ran and the commands
-// counted.
-func drainOneSlot(t *testing.T, n int, edit func(*mscheduler.ConsumerConfig)) ([]string, *claimReads) {
+// drainOneSlot publishes n tasks of one priority and concurrency conc,
+// due one millisecond apart, drains them with a consumer of one slot
+// configured by edit, and returns the keys in the order their handlers
+// ran and the commands counted.
+func drainOneSlot(t *testing.T, n, conc int, edit func(*mscheduler.ConsumerConfig)) ([]string, *claimReads) {
 	t.Helper()
 	coll := mschedulertest.Collection(t)
 	p := newProducer[int](t, coll, nil)
 	base := time.Now().Add(-time.Hour)
 	tasks := make([]mscheduler.Task[int], n)
 	for i := range tasks {
-		tasks[i] = mscheduler.Task[int]{Key: fmt.Sprintf("k%02d", i), RunAt: base.Add(time.Duration(i) * time.Millisecond)}
+		tasks[i] = mscheduler.Task[int]{Key: fmt.Sprintf("k%02d", i), RunAt: base.Add(time.Duration(i) * time.Millisecond), Concurrency: conc}
 	}
 	if _, err := p.PublishMany(ctxT(t), tasks, nil); err != nil {
 		t.Fatal(err)
@@ -61,7 +68,7 @@ func drainOneSlot(t *testing.T, n int, edit func(*mscheduler.ConsumerConfig)) ([
 		mu.Unlock()
 		return 0, nil
 	}, cfg)
-	ev.WaitCount(t, mscheduler.EventSucceeded, n)
+	ev.WaitCount(t, mscheduler.EventSucceeded, n*conc)
 	mu.Lock()
 	defer mu.Unlock()
 	return order, reads
@@ -74,7 +81,7 @@ func drainOneSlot(t *testing.T, n int, edit func(*mscheduler.ConsumerConfig)) ([
 func TestClaimsFromSpares(t *testing.T) {
 	const n = 32
 	t.Run("spares", func(t *testing.T) {
-		order, reads := drainOneSlot(t, n, func(c *mscheduler.ConsumerConfig) { c.ClaimSpareFor = time.Minute })
+		order, reads := drainOneSlot(t, n, 1, func(c *mscheduler.ConsumerConfig) { c.ClaimSpareFor = time.Minute })
 		for i, key := range order {
 			if want := fmt.Sprintf("k%02d", i); key != want {
 				t.Fatalf("run %d was %s, want %s (claim order): %v", i, key, want, order)
@@ -88,12 +95,46 @@ func TestClaimsFromSpares(t *testing.T) {
 		}
 	})
 	t.Run("none", func(t *testing.T) {
-		_, reads := drainOneSlot(t, n, func(c *mscheduler.ConsumerConfig) { c.ClaimSpareFor = mscheduler.NoClaimSpares })
+		_, reads := drainOneSlot(t, n, 1, func(c *mscheduler.ConsumerConfig) { c.ClaimSpareFor = mscheduler.NoClaimSpares })
 		// The first claim reads candidates (it knows of no lease yet).
 		if f := reads.findAndModify.Load(); f < n-1 {
 			t.Errorf("without spares: %d findAndModify claims for %d tasks, want one each after the first", f, n)
 		}
 	})
+}
+
+// TestSparesOfConcurrencyAboveOneAreClaimedByKey: a consumer of one slot
+// draining tasks of concurrency 2 claims each slot from a spare, or from
+// a read that keeps spares, with a findAndModify naming the task's _id,
+// whose reply is the task as claimed: no claim of whichever task comes
+// first (a sorted query over every claimable task), and no read back.
+// Each slot of each task runs once, in claim order.
+func TestSparesOfConcurrencyAboveOneAreClaimedByKey(t *testing.T) {
+	const n = 24
+	order, reads := drainOneSlot(t, n, 2, func(c *mscheduler.ConsumerConfig) { c.ClaimSpareFor = time.Minute })
+	runs := map[string]int{}
+	for _, key := range order {
+		runs[key]++
+	}
+	for i := range n {
+		if key := fmt.Sprintf("k%02d", i); runs[key] != 2 {
+			t.Errorf("%s ran %d times, want 2 (its concurrency)", key, runs[key])
+		}
+	}
+	// The first claim reads candidates (it knows of no lease yet) and may
+	// read back what it won; every claim after it names its task.
+	if sorted := reads.findAndModify.Load() - reads.byKey.Load(); sorted > 0 {
+		t.Errorf("%d claims by findAndModify of whichever task comes first, want none", sorted)
+	}
+	if b := reads.readBacks.Load(); b > 1 {
+		t.Errorf("%d reads back of claimed tasks, want at most the first claim's", b)
+	}
+	// The tasks' second slots come back as candidates once their first
+	// runs end: a read holds the first slots of many tasks, or the second
+	// slot of one, so the reads stay well below one per run.
+	if c, runs := reads.candidates.Load(), int64(2*n); c > runs/2 {
+		t.Errorf("%d candidate queries for %d runs, want at most %d", c, runs, runs/2)
+	}
 }
 
 // TestSpareChangedSinceItsRead: a task changed after a claim read it as

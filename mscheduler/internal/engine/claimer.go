@@ -35,6 +35,9 @@ const maxSkipped = 100
 // which a findAndModify's next_expiry would have to guess (see
 // leaseHint), and with nothing to claim it costs one command.
 func (c *Engine) claimSlots(ctx context.Context, st *claimState, k int) (won []claimed, done bool, err error) {
+	if c.claimsByKey(st, k) {
+		return c.claimOneByKey(ctx, st)
+	}
 	if k > 1 || c.cfg.TargetedClaims || c.sparesServe(st, k) || !st.leases.seenAny() {
 		return c.claimBatch(ctx, st, k)
 	}
@@ -92,29 +95,44 @@ func (c *Engine) claimOne(ctx context.Context, st *claimState) (bson.Raw, string
 	// lost on the way back would hold its slot until the lease lapsed.
 	wctx, cancel := c.claimCtx(st.runLease(0))
 	defer cancel()
-	sent := time.Now()
-	raw, err := c.caps.FindOneAndUpdate(wctx, c.coll, filter, update, opts, bson.D{{Key: stored.FRuns, Value: 0}}).Raw()
-	st.claimLatency = time.Since(sent)
-	if err == nil || errors.Is(err, mongo.ErrNoDocuments) {
-		c.commandTook(st.claimLatency)
-	}
+	raw, err := c.sendClaim(wctx, st, filter, update, opts)
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return nil, "", nil
 	case err != nil && isServerRefusal(err):
 		return c.claimPastRefusal(wctx, st)
 	case err != nil:
-		// The server may have applied the claim and lost the reply (a
-		// server without retryable writes does not resend it).
-		if found, ferr := c.findClaim(wctx, runID); ferr == nil && found != nil {
+		if found := c.claimReplyLost(wctx, st, runID); found != nil {
 			return found, runID, nil
-		} else if ferr != nil && len(st.unconfirmed) < maxUnconfirmed {
-			st.unconfirmed = append(st.unconfirmed, runID)
 		}
 		return nil, "", fmt.Errorf("mscheduler: claim: %w", err)
 	}
 	c.tightenExpiry(wctx, raw, runID)
 	return raw, runID, nil
+}
+
+// sendClaim sends a claim's findAndModify, returning the task as claimed,
+// and times it: the round trip weighs the next claims' leases.
+func (c *Engine) sendClaim(ctx context.Context, st *claimState, filter, update bson.D, opts *options.FindOneAndUpdateOptionsBuilder) (bson.Raw, error) {
+	sent := time.Now()
+	raw, err := c.caps.FindOneAndUpdate(ctx, c.coll, filter, update, opts, bson.D{{Key: stored.FRuns, Value: 0}}).Raw()
+	st.claimLatency = time.Since(sent)
+	if err == nil || errors.Is(err, mongo.ErrNoDocuments) {
+		c.commandTook(st.claimLatency)
+	}
+	return raw, err
+}
+
+// claimReplyLost looks for the task a claim of run runID was applied to,
+// after the claim failed on the way: the server may have applied it and
+// lost the reply (a server without retryable writes does not resend it).
+// A look that fails is made again at the next pass.
+func (c *Engine) claimReplyLost(ctx context.Context, st *claimState, runID string) bson.Raw {
+	found, err := c.findClaim(ctx, runID)
+	if err != nil {
+		st.unconfirmed = appendBounded(st.unconfirmed, runID)
+	}
+	return found
 }
 
 // tightenExpiry lowers the next_expiry of a task claimed without being

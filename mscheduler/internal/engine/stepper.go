@@ -165,7 +165,7 @@ func (s *Stepper) PingTogether(ctx context.Context, rs []*lease.Run) ([]bool, er
 // does.
 func (s *Stepper) Sweep(ctx context.Context) error {
 	now := s.e.clock.Now()
-	_, err := s.e.upkeep.Sweep(ctx, &s.sw.skips, now, now)
+	_, _, err := s.e.upkeep.Sweep(ctx, &s.sw.skips, now, now)
 	return err
 }
 

@@ -71,7 +71,7 @@ func (c *Engine) sweepIfDue(ctx context.Context, st *sweepState) {
 	}
 	st.sweptAt, st.span, st.next = now, jitterFactor(), time.Time{}
 	start := time.Now()
-	next, err := c.upkeep.Sweep(ctx, &st.skips, now, c.sweepHorizon(st, now))
+	next, held, err := c.upkeep.Sweep(ctx, &st.skips, now, c.sweepHorizon(st, now))
 	// For a person asking why a lapsed lease stayed: when sweeps ran and
 	// how long they took.
 	c.log.Debug("swept", "took", time.Since(start).Round(time.Millisecond), "error", err)
@@ -83,14 +83,14 @@ func (c *Engine) sweepIfDue(ctx context.Context, st *sweepState) {
 		c.loopError(ctx, err)
 		st.quiet.stir()
 		st.empty = false
-	case next.IsZero():
+	case !held:
 		if st.empty {
 			_, sweepCap := c.quietCaps()
 			st.quiet.calm(sweepCap)
 		}
 		st.empty = true
 	default:
-		st.next = next
+		st.next = next // zero: no holder is overdue, the next sweep comes as planned
 		st.quiet.stir()
 		st.empty = false
 	}

@@ -38,13 +38,15 @@ const sweepSkipFor = time.Minute
 
 // Sweep reads, with one query, the tasks whose next_expiry falls before
 // horizon, earliest first; frees the runs whose lease lapsed before now; and
-// returns the earliest next_expiry still ahead, when the next sweep is due.
+// returns the earliest next_expiry still ahead of a task with a holder
+// overdue on its pings (see overdue), when the next sweep is due, or zero;
+// held says it saw runs whose leases hold still.
 //
 // The expiries of a sweep are written together, in one command, and only
 // those that did not apply are written one by one: on a slow server a
 // sweep of many lapsed runs, each its own command, took longer than the
 // leases it was there to keep short, and held the upkeep loop meanwhile.
-func (w *Worker) Sweep(ctx context.Context, skips *SweepSkips, now, horizon time.Time) (time.Time, error) {
+func (w *Worker) Sweep(ctx context.Context, skips *SweepSkips, now, horizon time.Time) (next time.Time, held bool, err error) {
 	opts := options.Find().
 		SetSort(bson.D{{Key: stored.FNextExpiry, Value: 1}}).
 		SetLimit(SweepBatch).
@@ -55,18 +57,22 @@ func (w *Worker) Sweep(ctx context.Context, skips *SweepSkips, now, horizon time
 	}
 	cur, err := w.Coll.Find(ctx, filter, opts)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("mscheduler: sweep: %w", err)
+		return time.Time{}, false, fmt.Errorf("mscheduler: sweep: %w", err)
 	}
 	var raws []bson.Raw
 	if err := cur.All(ctx, &raws); err != nil {
-		return time.Time{}, fmt.Errorf("mscheduler: sweep: %w", err)
+		return time.Time{}, false, fmt.Errorf("mscheduler: sweep: %w", err)
 	}
-	var next time.Time
 	var plans []*sweepPlan
 	for _, raw := range raws {
 		if at, ok := raw.Lookup(stored.FNextExpiry).TimeOK(); ok && !at.Before(now) {
-			next = at
-			break
+			// Read in next_expiry order: this one and all after it hold.
+			held = true
+			if overdue(raw, now) {
+				next = at
+				break
+			}
+			continue
 		}
 		plans = append(plans, w.planSweep(raw, now))
 	}
@@ -84,13 +90,39 @@ func (w *Worker) Sweep(ctx context.Context, skips *SweepSkips, now, horizon time
 		progress = progress || wrote
 	}
 	if !next.IsZero() {
-		return next, nil
+		return next, true, nil
 	}
-	if len(raws) == SweepBatch && progress {
-		return now, nil // a full batch of lapsed leases: sweep again at once
+	if len(raws) == SweepBatch && progress && !held {
+		return now, true, nil // a full batch of lapsed leases: sweep again at once
 	}
-	return time.Time{}, nil
+	return time.Time{}, held, nil
 }
+
+// overdue says a holder of the task has not renewed its lease for two of
+// the task's ping intervals: its worker may be dead, and a sweep should
+// come when its lease lapses. A holder that pings on time moves its lease
+// ahead of every sweep that comes for it: on a busy collection sweeps
+// chasing the first lease to lapse came about once per lease, per
+// consumer, and found it renewed each time. A task that cannot be read so
+// far is overdue.
+func overdue(raw bson.Raw, now time.Time) bool {
+	t, probs := stored.DecodeFields(raw)
+	if len(probs) > 0 || t.PingIntervalMS <= 0 || len(t.Holders) == 0 {
+		return true
+	}
+	timeout := stored.FromMS(t.WorkerTimeoutMS)
+	for _, h := range t.Holders {
+		renewed := taskstate.EffectiveLease(h, timeout).Add(-taskstate.RunLease(h, timeout))
+		if now.Sub(renewed) > overdueAfter*stored.FromMS(t.PingIntervalMS) {
+			return true
+		}
+	}
+	return false
+}
+
+// overdueAfter is how many ping intervals without a renewal make a holder
+// overdue: one is a ping on its way, or a little late.
+const overdueAfter = 2
 
 // sweepPlan is what a sweep does to one task it read: set it invalid, or
 // expire its lapsed runs, or raise its stale next_expiry.
