@@ -270,15 +270,17 @@ func (f *front) exchange(backend net.Conn, backendR *bufio.Reader, req []byte) (
 	defer f.exchangeMu.Unlock()
 	var covered time.Duration // spent reading for change streams
 	began := time.Now()
-	req, keyed := f.keyWrites(req)
+	req, keyed, images := f.keyWrites(req)
 	if f.locks != nil {
 		defer func() { f.locks.add(kindByKey(kind, keyed), time.Since(began), covered) }()
 	}
 
-	// A write that a change stream covers is read before and after, under the same lock.
+	// A write that a change stream covers is read before and after, under the same lock; what
+	// keyWrites read whole just now is not read again.
 	write := f.streams.watch(req)
 	if write != nil {
 		began := time.Now()
+		write.know(images)
 		write.beforeErr = write.before(&f.reader)
 		covered += time.Since(began)
 	}

@@ -32,6 +32,12 @@ import (
 // noMatchID is the _id that statements known to match nothing are narrowed to.
 const noMatchID = "devserver: a fenced write that matches nothing (no document has this _id)"
 
+// noMatchKey is noMatchID's idKey.
+var noMatchKey = func() string {
+	raw, _ := bson.Marshal(bson.D{{Key: "_id", Value: noMatchID}})
+	return idKey(bson.Raw(raw).Lookup("_id"))
+}()
+
 // keyedWriteMaxStatements bounds the statements of an update the front checks one by one: a
 // check is a round trip to FerretDB, and past this many a scan per statement costs less than
 // it saves.
@@ -49,44 +55,44 @@ const (
 )
 
 // keyWrites returns req with the filters of its _id-fenced statements narrowed (see
-// narrowing.filter), and how (keyedByID, keyedFirst); or req itself and notKeyed, to send it as
-// it is.
-func (f *front) keyWrites(req []byte) ([]byte, string) {
+// narrowing.filter), how (keyedByID, keyedFirst), and the documents the narrowing read whole,
+// by idKey (see narrowing.images); or req itself and notKeyed, to send it as it is.
+func (f *front) keyWrites(req []byte) ([]byte, string, map[string]bson.Raw) {
 	name := peekCommandName(req)
 	if name != "update" && name != "findAndModify" && name != "findandmodify" {
-		return req, notKeyed
+		return req, notKeyed, nil
 	}
 	cmd, ok := parseCommand(req)
 	if !ok || cmd.flags&flagChecksumPresent != 0 {
-		return req, notKeyed
+		return req, notKeyed, nil
 	}
 	coll, ok := cmd.body.Lookup(name).StringValueOK()
 	if !ok {
-		return req, notKeyed
+		return req, notKeyed, nil
 	}
+	n := &narrowing{f: f, db: cmd.db(), coll: coll, images: map[string]bson.Raw{}}
 	var body bson.Raw
 	how := keyedByID
 	if name == "update" {
-		body = f.keyUpdate(cmd, coll)
+		body = n.keyUpdate(cmd)
 	} else {
-		body, how = f.keyFindAndModify(cmd, coll)
+		body, how = n.keyFindAndModify(cmd)
 	}
 	if body == nil {
-		return req, notKeyed
+		return req, notKeyed, nil
 	}
-	return requestBytes(cmd, body), how
+	return requestBytes(cmd, body), how, n.images
 }
 
 // keyUpdate returns the update's body with its statements keyed, or nil to send it as it is.
 // Every statement is judged before any runs, which holds only while each statement that runs
 // before a judged one changes no document but its own _id's: statements are judged up to the
 // first that may change other documents (it names no one _id), and those after it go as sent.
-func (f *front) keyUpdate(cmd *command, coll string) bson.Raw {
+func (n *narrowing) keyUpdate(cmd *command) bson.Raw {
 	stmts, all := cmd.allDocuments("updates")
 	if !all || len(stmts) == 0 || len(stmts) > keyedWriteMaxStatements {
 		return nil
 	}
-	n := &narrowing{f: f, db: cmd.db(), coll: coll}
 	keyed := make(bson.A, len(stmts))
 	for i, st := range stmts {
 		keyed[i] = st
@@ -131,7 +137,7 @@ func (f *front) keyUpdate(cmd *command, coll string) bson.Raw {
 // streams read the document it changes before it runs (a scan), and the write itself would scan
 // again; the front reads which document that is instead, and the write and the streams' read go
 // by key.
-func (f *front) keyFindAndModify(cmd *command, coll string) (bson.Raw, string) {
+func (n *narrowing) keyFindAndModify(cmd *command) (bson.Raw, string) {
 	b := cmd.body
 	if truthy(b.Lookup("upsert")) || hasAny(b, "collation", "hint", "arrayFilters") || b.Lookup("update").Type == bson.TypeArray {
 		return nil, notKeyed
@@ -139,7 +145,6 @@ func (f *front) keyFindAndModify(cmd *command, coll string) (bson.Raw, string) {
 	if q, err := b.LookupErr("query"); err == nil && q.Type != bson.TypeEmbeddedDocument {
 		return nil, notKeyed // FerretDB refuses it
 	}
-	n := &narrowing{f: f, db: cmd.db(), coll: coll}
 	var to bson.D
 	how := keyedByID
 	if id, ok := keyableFilter(b.Lookup("query")); ok {
@@ -147,7 +152,7 @@ func (f *front) keyFindAndModify(cmd *command, coll string) (bson.Raw, string) {
 		if !ok {
 			return nil, notKeyed
 		}
-	} else if f.streams.coversWrites(n.db, coll) {
+	} else if n.f.streams.coversWrites(n.db, n.coll) {
 		if to, ok = n.first(b.Lookup("query"), b.Lookup("sort")); !ok {
 			return nil, notKeyed
 		}
@@ -174,7 +179,7 @@ func (n *narrowing) first(filter, sort bson.RawValue) (bson.D, bool) {
 	if sort.Type == bson.TypeEmbeddedDocument {
 		cmd = append(cmd, bson.E{Key: "sort", Value: sort})
 	}
-	cmd = append(cmd, bson.E{Key: "projection", Value: bson.D{{Key: "_id", Value: 1}}}, bson.E{Key: "limit", Value: 1}, bson.E{Key: "batchSize", Value: 2})
+	cmd = append(cmd, bson.E{Key: "limit", Value: 1}, bson.E{Key: "batchSize", Value: 2})
 	docs, err := n.f.reader.readAll(n.db, n.coll, cmd)
 	if err != nil {
 		return nil, false
@@ -186,6 +191,7 @@ func (n *narrowing) first(filter, sort bson.RawValue) (bson.D, bool) {
 	if id.Type != bson.TypeString && id.Type != bson.TypeObjectID {
 		return nil, false
 	}
+	n.images[idKey(id)] = docs[0]
 	return bson.D{{Key: "_id", Value: id}}, true
 }
 
@@ -222,17 +228,22 @@ type narrowing struct {
 	f        *front
 	db, coll string
 	unused   bool // noMatchID was found unused in db.coll, under this lock
+	// images are the documents read whole to narrow the statements, by idKey, as they are under
+	// this lock before the write (noMatchID's: nil, no such document): the change streams take
+	// them as the write's before-images instead of reading them again.
+	images map[string]bson.Raw
 }
 
 // filter returns the filter, looked up by key, that matches what filter matches now, given that
 // filter names the _id id: {_id: id} if that document matches, else {_id: noMatchID}. False
 // when a check fails, so that the write goes on as sent.
 func (n *narrowing) filter(id, filter bson.RawValue) (bson.D, bool) {
-	matches, ok := n.f.matchesByKey(n.db, n.coll, id, filter)
+	doc, ok := n.f.matchByKey(n.db, n.coll, id, filter)
 	switch {
 	case !ok:
 		return nil, false
-	case matches:
+	case doc != nil:
+		n.images[idKey(id)] = doc
 		return bson.D{{Key: "_id", Value: id}}, true
 	}
 	// The filter was judged on that document and matched nothing. Were there no such document,
@@ -252,20 +263,26 @@ func (n *narrowing) nothing() (bson.D, bool) {
 		if n.unused = err == nil && len(docs) == 0; !n.unused {
 			return nil, false
 		}
+		n.images[noMatchKey] = nil
 	}
 	return nothing, true
 }
 
-// matchesByKey says whether the document of db.coll whose _id is id matches filter now; false
-// for ok when the check fails.
-func (f *front) matchesByKey(db, coll string, id, filter bson.RawValue) (matches, ok bool) {
+// matchByKey returns the document of db.coll whose _id is id, whole, if it matches filter now,
+// or nil; false for ok when the check fails.
+func (f *front) matchByKey(db, coll string, id, filter bson.RawValue) (doc bson.Raw, ok bool) {
 	pipeline := bson.A{
 		bson.D{{Key: "$match", Value: bson.D{{Key: "_id", Value: id}}}},
 		bson.D{{Key: "$match", Value: filter}},
-		bson.D{{Key: "$project", Value: bson.D{{Key: "_id", Value: 1}}}},
 	}
 	docs, err := f.reader.readAll(db, coll, bson.D{{Key: "aggregate", Value: coll}, {Key: "pipeline", Value: pipeline}, {Key: "cursor", Value: bson.D{}}})
-	return len(docs) == 1, err == nil
+	if err != nil || len(docs) > 1 {
+		return nil, false
+	}
+	if len(docs) == 0 {
+		return nil, true
+	}
+	return docs[0], true
 }
 
 // hasAny says doc has one of the fields.

@@ -228,8 +228,66 @@ func TestKeyWritesNarrowsOnlyWhatMatches(t *testing.T) {
 func keyWritesLocked(f *front, req []byte) ([]byte, bool) {
 	f.exchangeMu.Lock()
 	defer f.exchangeMu.Unlock()
-	got, how := f.keyWrites(req)
+	got, how, _ := f.keyWrites(req)
 	return got, how != notKeyed
+}
+
+// TestAKeyedWriteIsNotReadAgainForItsStreams: the document a keyed write's check read whole is
+// the before-image its change streams take: a fenced update that holds costs the check and the
+// read after it, one whose fence fails the check and two lookups (the document exists, noMatchID
+// does not), and the stream sees the first one's change, as it would have, and nothing of the
+// second.
+func TestAKeyedWriteIsNotReadAgainForItsStreams(t *testing.T) {
+	s := startServer(t, testStreams())
+	coll := keyedColl(t, s)
+	ctx := context.Background()
+	stream, err := coll.Watch(ctx, bson.A{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close(ctx)
+	for _, c := range []struct {
+		name    string
+		filter  bson.D
+		matched int64
+		reads   int64
+	}{
+		{"a fence that holds", fenced("a", "running"), 1, 2},
+		{"a fence that fails", fenced("a", "pending"), 0, 3},
+	} {
+		before := s.front.reader.sent.Load()
+		res, err := coll.UpdateOne(ctx, c.filter, inc())
+		if err != nil || res.MatchedCount != c.matched {
+			t.Fatalf("%s: %+v, %v; want %d matched", c.name, res, err, c.matched)
+		}
+		if reads := s.front.reader.sent.Load() - before; reads != c.reads {
+			t.Errorf("%s: the front read %d times, want %d", c.name, reads, c.reads)
+		}
+	}
+	if !stream.Next(ctx) {
+		t.Fatalf("no event: %v", stream.Err())
+	}
+	var ev struct {
+		OperationType string `bson:"operationType"`
+		DocumentKey   struct {
+			ID string `bson:"_id"`
+		} `bson:"documentKey"`
+		UpdateDescription struct {
+			UpdatedFields bson.M `bson:"updatedFields"`
+		} `bson:"updateDescription"`
+	}
+	if err := stream.Decode(&ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.OperationType != "update" || ev.DocumentKey.ID != "a" || len(ev.UpdateDescription.UpdatedFields) != 1 || ev.UpdateDescription.UpdatedFields["n"] != int32(1) {
+		t.Errorf("event %+v, want a's update of n to 1", ev)
+	}
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "z"}}); err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Next(ctx) || stream.Current.Lookup("documentKey", "_id").StringValue() != "z" {
+		t.Errorf("the event after a's is %s, want z's insert: the failed fence made an event", stream.Current)
+	}
 }
 
 func mustCommand(t *testing.T, req []byte) *command {
@@ -265,7 +323,7 @@ func TestAFindAndModifyOfNoIDIsKeyedWhereAStreamReadsItAnyway(t *testing.T) {
 	}
 	defer stream.Close(ctx)
 	s.front.exchangeMu.Lock()
-	got, how := s.front.keyWrites(request(claim()))
+	got, how, _ := s.front.keyWrites(request(claim()))
 	s.front.exchangeMu.Unlock()
 	if q := mustCommand(t, got).body.Lookup("query").Document(); how != keyedFirst || q.String() != `{"_id": "b"}` {
 		t.Errorf("keyed %q to %s, want %q to the first running task by the sort, b", how, q, keyedFirst)

@@ -29,6 +29,14 @@ type pendingWrite struct {
 	beforeErr error
 }
 
+// know gives the write documents read whole under this lock just before it, by idKey (nil: no
+// document has that _id), so that its capture does not read them again.
+func (w *pendingWrite) know(images map[string]bson.Raw) {
+	if k, ok := w.capture.(interface{ know(map[string]bson.Raw) }); ok && len(images) > 0 {
+		k.know(images)
+	}
+}
+
 // watch returns the covered write that req is, or nil: for any other message, and for every
 // message while no stream is open, it does nothing but load a counter.
 func (s *streams) watch(req []byte) *pendingWrite {
@@ -148,7 +156,10 @@ type docCapture struct {
 	ids      []bson.RawValue
 	images   map[string]bson.Raw // before the write
 	replaces map[string]bool     // changed by a replacement rather than by update operators
+	known    map[string]bson.Raw // read just before, under the same lock (see pendingWrite.know)
 }
+
+func (c *docCapture) know(images map[string]bson.Raw) { c.known = images }
 
 func newDocCapture(db, coll string) docCapture {
 	return docCapture{db: db, coll: coll, images: map[string]bson.Raw{}, replaces: map[string]bool{}}
@@ -156,6 +167,16 @@ func newDocCapture(db, coll string) docCapture {
 
 // read finds the documents a statement may change and keeps those not met yet.
 func (c *docCapture) read(b *backendClient, filter, sort any, limit int64, replace bool) error {
+	if d, ok := filter.(bson.D); ok && len(d) == 1 && d[0].Key == "_id" {
+		if id, ok := d[0].Value.(bson.RawValue); ok {
+			if image, known := c.known[idKey(id)]; known {
+				if image != nil {
+					c.keep(id, image, replace)
+				}
+				return nil
+			}
+		}
+	}
 	docs, err := b.find(c.db, c.coll, filter, sort, limit)
 	if err != nil {
 		return err

@@ -379,7 +379,9 @@ func setUp(t *testing.T, m mix, prefix, sub, what string, env workerEnv) *soakEn
 		t.Fatal(err)
 	}
 	env.uri, env.db, env.coll, env.dir = e.uri, soakDatabase, e.coll.Name(), e.logDir
-	env.uri = splitURI(t, e.uri)
+	if !env.direct {
+		env.uri = splitURI(t, e.uri)
+	}
 	if *delayFlag != "" {
 		env.uri = slowURI(t, env.uri, *delayFlag)
 	}

@@ -259,6 +259,10 @@ type workerEnv struct {
 	// workerCapacity, workerPollInterval and workerMaintenance.
 	capacity          int
 	poll, maintenance time.Duration
+	// direct connects the workers to the server itself, as a user's
+	// workers would, not through the proxy that splits their batches
+	// statement by statement (see splitURI).
+	direct bool
 }
 
 // startWorker starts worker incarnation id in slot.
