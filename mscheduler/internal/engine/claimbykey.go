@@ -52,6 +52,7 @@ func (c *Engine) claimOneByKey(ctx context.Context, st *claimState) ([]claimed, 
 	}
 	st.stretch.need, st.stretch.to = c.limiter.Stretch()
 	raw, runID, err := c.claimCandidate(ctx, st, cd)
+	st.lostTasks = err == nil && raw == nil
 	switch {
 	case err != nil:
 		return nil, false, err
@@ -61,10 +62,9 @@ func (c *Engine) claimOneByKey(ctx context.Context, st *claimState) ([]claimed, 
 		// Taken by others, or changed: the other spares are likely stale
 		// too, and the pass reads afresh at once.
 		st.spares.Drop()
-		st.spares.Missed, st.lostTasks = true, true
+		st.spares.Missed = true
 		return nil, false, nil
 	default:
-		st.lostTasks = true
 		return nil, tried, nil
 	}
 }
