@@ -174,10 +174,10 @@ func checkNoneDoneTwiceByTheLiving(t *testing.T, pool *workerPool, runs map[stri
 		killed[p.id] = !p.killedAt.IsZero()
 		p.mu.Unlock()
 	}
-	outcome, leaseUntil := map[string]string{}, map[string]time.Time{}
+	outcome, leaseUntil, recorded := map[string]string{}, map[string]time.Time{}, map[string]time.Time{}
 	for _, d := range docs {
 		for _, r := range d.Runs {
-			outcome[r.RunID], leaseUntil[r.RunID] = r.Outcome, r.LeaseUntil
+			outcome[r.RunID], leaseUntil[r.RunID], recorded[r.RunID] = r.Outcome, r.LeaseUntil, r.Finished
 		}
 	}
 	twice, excused := 0, 0
@@ -190,7 +190,12 @@ func checkNoneDoneTwiceByTheLiving(t *testing.T, pool *workerPool, runs map[stri
 			continue
 		}
 		twice++
-		t.Errorf("run %s of %s: its handler succeeded on %s, never killed, but the run is recorded %q", r.runID, r.key, r.worker, outcome[r.runID])
+		// When, against the lease, tells a lease lost to a slow server
+		// (the handler ended near or past it) from an end lost otherwise.
+		ended := time.Unix(0, r.ends[len(r.ends)-1].at)
+		t.Errorf("run %s of %s: its handler succeeded on %s, never killed, but the run is recorded %q; the handler ended %s before the lease recorded (%s), and the record was made %s after the handler's end",
+			r.runID, r.key, r.worker, outcome[r.runID], leaseUntil[r.runID].Sub(ended).Round(time.Millisecond),
+			leaseUntil[r.runID].Format("15:04:05.000"), recorded[r.runID].Sub(ended).Round(time.Millisecond))
 	}
 	t.Logf("summary: runs done again after their handler succeeded on a worker never killed: %d (and %d whose end the server's outage took)", twice, excused)
 }
