@@ -571,10 +571,32 @@ func statementOn(i int) func(*exCase, []mschedulertest.Command) bool {
 	}
 }
 
+// claimOfFirstByKey is a claim of one slot of the first task by its _id,
+// a findAndModify: it claims a candidate the worker may still claim, and
+// the run gets the params as they stand (the reply is the task as
+// claimed).
+var claimOfFirstByKey = exPart{name: "its claim of task a by _id",
+	done: func(c *exCase, applied []mschedulertest.Command) bool {
+		return slices.ContainsFunc(applied, func(cmd mschedulertest.Command) bool {
+			id, _ := cmd.Body.Lookup("query", "_id").StringValueOK()
+			return cmd.Name == "findAndModify" && cmd.Collection == c.x.coll.Name() && id == c.keys[0]
+		})
+	},
+	step: det(func(m *exModel) {
+		key := m.c.keys[0]
+		if !m.candidates[key] {
+			return
+		}
+		if surely, perhaps := m.mayClaim(key, m.c.wid); surely || perhaps {
+			m.claim(key, m.c.wid, true)
+		}
+	})}
+
 // batchClaimAsRead and the others are the parts of the batch operations.
 var (
 	batchClaimAsRead   = []exPart{candidateRead, claimStatement(0, true), claimStatement(1, true)}
 	batchClaimReadBack = []exPart{candidateRead, claimStatement(0, false), claimStatement(1, false), claimReadBack}
+	claimByKeyParts    = []exPart{candidateRead, claimOfFirstByKey}
 	pingsTogether      = []exPart{pingStatement(0), pingStatement(1)}
 	endsTogether       = []exPart{endStatement(0, mscheduler.OutcomeSucceeded), endStatement(1, mscheduler.OutcomeReleased)}
 )

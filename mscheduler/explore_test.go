@@ -201,6 +201,8 @@ var exploreOps = []exploreOp{
 		c.claimed = append(c.claimed, rs...)
 		return err
 	}, parts: batchClaimReadBack},
+	{name: "claim by key", tasks: 1, task: plainTask(2), run: func(c *exCase) error { return c.claimedOne(c.w.ClaimByKey(c.x.ctx)) },
+		parts: claimByKeyParts},
 	{name: "plan gate skip", tasks: 1, task: planTask(1),
 		setup: func(c *exCase) error { return c.x.prod.SkipNext(c.x.ctx, c.keys[0], 1) },
 		run:   func(c *exCase) error { return c.claimedOne(c.w.Claim(c.x.ctx)) }},

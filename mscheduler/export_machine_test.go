@@ -104,6 +104,16 @@ func (w *Worker) Claim(ctx context.Context) (*WorkerRun, error) {
 	return w.hold(r), nil
 }
 
+// ClaimByKey claims one slot by a candidate's _id (the candidate query,
+// then a findAndModify naming the task).
+func (w *Worker) ClaimByKey(ctx context.Context) (*WorkerRun, error) {
+	r, err := w.s.ClaimByKey(ctx)
+	if err != nil || r == nil {
+		return nil, err
+	}
+	return w.hold(r), nil
+}
+
 // ClaimBatch claims up to k slots with a batch claim (the candidate query,
 // one update of a statement each, and the read back when needed).
 func (w *Worker) ClaimBatch(ctx context.Context, k int) ([]WorkerRun, error) {

@@ -67,6 +67,19 @@ func (s *Stepper) ClaimBatch(ctx context.Context, k int) ([]*lease.Run, error) {
 	return out, err
 }
 
+// ClaimByKey claims one slot as a consumer with work waiting does for tasks
+// of concurrency above 1: a candidate read keeping spares, then a
+// findAndModify of the chosen candidate by its _id (see claimOneByKey).
+func (s *Stepper) ClaimByKey(ctx context.Context) (*lease.Run, error) {
+	s.st.backlog = true
+	s.st.spares.Drop()
+	won, _, err := s.e.claimOneByKey(ctx, s.st)
+	if err != nil || len(won) == 0 {
+		return nil, err
+	}
+	return s.admit(won[0].raw, won[0].runID), nil
+}
+
 func (s *Stepper) admit(raw bson.Raw, runID string) *lease.Run {
 	doc, _, _, prob := s.e.decodeClaimed(raw)
 	if prob != nil {
