@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -264,22 +265,11 @@ func TestAKeyedWriteIsNotReadAgainForItsStreams(t *testing.T) {
 			t.Errorf("%s: the front read %d times, want %d", c.name, reads, c.reads)
 		}
 	}
-	if !stream.Next(ctx) {
-		t.Fatalf("no event: %v", stream.Err())
-	}
-	var ev struct {
-		OperationType string `bson:"operationType"`
-		DocumentKey   struct {
-			ID string `bson:"_id"`
-		} `bson:"documentKey"`
-		UpdateDescription struct {
-			UpdatedFields bson.M `bson:"updatedFields"`
-		} `bson:"updateDescription"`
-	}
-	if err := stream.Decode(&ev); err != nil {
+	ev, err := nextUpdate(ctx, stream)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if ev.OperationType != "update" || ev.DocumentKey.ID != "a" || len(ev.UpdateDescription.UpdatedFields) != 1 || ev.UpdateDescription.UpdatedFields["n"] != int32(1) {
+	if ev.OperationType != "update" || ev.DocumentKey.ID != "a" || len(ev.Update.UpdatedFields) != 1 || ev.Update.UpdatedFields["n"] != int32(1) {
 		t.Errorf("event %+v, want a's update of n to 1", ev)
 	}
 	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "z"}}); err != nil {
@@ -288,6 +278,26 @@ func TestAKeyedWriteIsNotReadAgainForItsStreams(t *testing.T) {
 	if !stream.Next(ctx) || stream.Current.Lookup("documentKey", "_id").StringValue() != "z" {
 		t.Errorf("the event after a's is %s, want z's insert: the failed fence made an event", stream.Current)
 	}
+}
+
+// updateEvent is what the keyed writes' tests read of a change event.
+type updateEvent struct {
+	OperationType string `bson:"operationType"`
+	DocumentKey   struct {
+		ID string `bson:"_id"`
+	} `bson:"documentKey"`
+	Update struct {
+		UpdatedFields bson.M `bson:"updatedFields"`
+	} `bson:"updateDescription"`
+}
+
+// nextUpdate waits for the stream's next event and decodes it.
+func nextUpdate(ctx context.Context, stream *mongo.ChangeStream) (updateEvent, error) {
+	var ev updateEvent
+	if !stream.Next(ctx) {
+		return ev, fmt.Errorf("no event: %v", stream.Err())
+	}
+	return ev, stream.Decode(&ev)
 }
 
 func mustCommand(t *testing.T, req []byte) *command {
@@ -339,19 +349,8 @@ func TestAFindAndModifyOfNoIDIsKeyedWhereAStreamReadsItAnyway(t *testing.T) {
 		if err != nil || doc.ID != want {
 			t.Fatalf("claimed %q, %v; want %s", doc.ID, err, want)
 		}
-		if !stream.Next(ctx) {
-			t.Fatalf("no event: %v", stream.Err())
-		}
-		var ev struct {
-			OperationType string `bson:"operationType"`
-			DocumentKey   struct {
-				ID string `bson:"_id"`
-			} `bson:"documentKey"`
-			Update struct {
-				UpdatedFields bson.M `bson:"updatedFields"`
-			} `bson:"updateDescription"`
-		}
-		if err := stream.Decode(&ev); err != nil || ev.OperationType != "update" || ev.DocumentKey.ID != want || ev.Update.UpdatedFields["status"] != "taken" {
+		ev, err := nextUpdate(ctx, stream)
+		if err != nil || ev.OperationType != "update" || ev.DocumentKey.ID != want || ev.Update.UpdatedFields["status"] != "taken" {
 			t.Errorf("event %+v, %v; want %s's status taken", ev, err, want)
 		}
 	}
