@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -196,8 +197,21 @@ func checkNoneDoneTwiceByTheLiving(t *testing.T, pool *workerPool, runs map[stri
 		t.Errorf("run %s of %s: its handler succeeded on %s, never killed, but the run is recorded %q; the handler ended %s before the lease recorded (%s), and the record was made %s after the handler's end",
 			r.runID, r.key, r.worker, outcome[r.runID], leaseUntil[r.runID].Sub(ended).Round(time.Millisecond),
 			leaseUntil[r.runID].Format("15:04:05.000"), recorded[r.runID].Sub(ended).Round(time.Millisecond))
+		logRunLines(t, pool, r.runID)
 	}
 	t.Logf("summary: runs done again after their handler succeeded on a worker never killed: %d (and %d whose end the server's outage took)", twice, excused)
+}
+
+// logRunLines logs every worker's log lines that name a run: its claim,
+// its end's fate, and the sweep that recorded it, for a failure to be read
+// without the logs, which go with the test's directory.
+func logRunLines(t *testing.T, pool *workerPool, runID string) {
+	t.Helper()
+	eachLogLine(t, pool, func(p *workerProc, line []byte) {
+		if bytes.Contains(line, []byte(runID)) {
+			t.Logf("  %s: %s", p.id, line)
+		}
+	})
 }
 
 // excusedByOutage says a run whose handler ended at ended, and whose lease

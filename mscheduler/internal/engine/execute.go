@@ -240,6 +240,7 @@ func (c *Engine) writeEnd(r *lease.Run, end *runend.End) {
 	defer cancel(nil)
 	defer context.AfterFunc(r.Held(), func() { cancel(context.Cause(r.Held())) })()
 	end.Held = r.Held()
+	end.SendBy = time.Now().Add(r.Lease().Sub(c.clock.Now()) - c.pinger.Reserve())
 	var err error
 	sent := time.Now()
 	for try := 1; ; try++ {
@@ -274,7 +275,10 @@ func (c *Engine) writeEnd(r *lease.Run, end *runend.End) {
 		return
 	case errors.Is(err, runend.ErrGone):
 		ev.Kind, ev.Err = EventLeaseLost, ErrLeaseLost
-		c.log.Warn("run was taken over before its end was written; result dropped", "key", r.Key, "run_id", r.RunID)
+		// The lease left as the handler ended, and how long the write took,
+		// tell a server too slow for the lease from a sweep that came early.
+		c.log.Warn("run was taken over before its end was written; result dropped", "key", r.Key, "run_id", r.RunID,
+			"lease_left_at_end", r.Lease().Sub(end.Record.Finished).Round(time.Millisecond), "write_took", time.Since(sent).Round(time.Millisecond))
 	case runend.Unwritable(err):
 		c.endUnwritable(r, end, err)
 		return

@@ -154,6 +154,9 @@ type Pinger struct {
 	// latency is the average round trip of a ping, and peak the slowest
 	// of late, decaying toward the average; owned by the loop.
 	latency, peak time.Duration
+	// reserveNow is reserve() as of the last ping: written by the loop,
+	// read by the run goroutines as they write their ends.
+	reserveNow atomic.Int64
 	// pressed counts the runs whose lease is within twice a ping's
 	// reserve of lapsing: written by the loop at each tick, read by the
 	// claim loop, which then lets the pings go first.
@@ -452,6 +455,15 @@ const reserveMargin = 100 * time.Millisecond
 // the lease lapsed when it meets a slow one.
 func (p *Pinger) reserve() time.Duration { return 2*max(p.latency, p.peak) + reserveMargin }
 
+// Reserve is the lease a write about a run must have left when it is
+// sent, for it to land in time as the server answers now (see reserve).
+func (p *Pinger) Reserve() time.Duration {
+	if d := time.Duration(p.reserveNow.Load()); d > 0 {
+		return d
+	}
+	return reserveMargin
+}
+
 // send starts one ping of runs, bounded by the earliest of their leases: a
 // ping answered after a lease lapsed is worth nothing for that run, and
 // waiting longer on an unreachable server would let its handler outlive
@@ -565,6 +577,7 @@ func (p *Pinger) took(r *Run, d time.Duration) {
 	} else {
 		p.peak -= time.Duration(latencyWeight * float64(p.peak-max(d, p.latency)))
 	}
+	p.reserveNow.Store(int64(p.reserve()))
 	if p.budget != nil {
 		p.budget.Succeeded()
 	}

@@ -116,11 +116,34 @@ func NewBatcher(coll *mongo.Collection, workerID string, maxBatch int, window ti
 // Write writes e within a batch. It returns nil once applied, ErrGone
 // if the run lost its slot, ErrWriteAlone when e must be written alone,
 // or the error of the batch's command.
+//
+// An end the loop has not taken by its SendBy is left to be written
+// alone: the loop takes no end while it writes a batch, and a batch of
+// many statements on a slow server (or one it had to sort out, a read
+// more) kept ends waiting behind it until their leases lapsed, though
+// their handlers had ended in time.
 func (b *Batcher) Write(e *End) error {
 	req := &request{end: e, reply: make(chan error, 1)}
+	var late <-chan time.Time
+	if !e.SendBy.IsZero() {
+		wait := time.Until(e.SendBy)
+		if wait <= 0 {
+			select {
+			case b.queue <- req: // the loop waits for ends: no wait here
+				return <-req.reply
+			default:
+				return ErrWriteAlone
+			}
+		}
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		late = timer.C
+	}
 	select {
 	case b.queue <- req:
 		return <-req.reply // the loop waits no longer than the runs' leases
+	case <-late:
+		return ErrWriteAlone
 	case <-b.done:
 		return ErrWriteAlone
 	}

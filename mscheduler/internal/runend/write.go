@@ -26,6 +26,11 @@ type End struct {
 	// Held is done once the run's lease is gone: a batch holding the end
 	// waits for its write while any of its runs' is not. Nil: never done.
 	Held context.Context
+	// SendBy is when the end must be on its way for its write to land
+	// within the lease, as the server answers now: a batcher whose loop
+	// has not taken it by then leaves it to be written alone. Zero: no
+	// bound.
+	SendBy time.Time
 }
 
 // tryLikely writes the likely case alone and reports whether it matched,
