@@ -231,6 +231,9 @@ func (p *Producer[P]) DeleteFinished(ctx context.Context, olderThan time.Duratio
 	if olderThan < 0 {
 		return 0, invalid("olderThan", "must not be negative, got %s", olderThan)
 	}
+	if err := p.checkSchema(ctx); err != nil {
+		return 0, err
+	}
 	if err := p.clock.Ensure(ctx, p.coll.Database()); err != nil {
 		return 0, err
 	}

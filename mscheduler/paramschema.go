@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -32,10 +33,15 @@ import (
 // $schema says otherwise), as the params schema of coll; nil or empty
 // removes it. A schema that does not compile, is over 64 KiB, or takes
 // over a second to check a simple value is refused (field "schema") and
-// nothing is written. Tasks already stored are not checked.
+// nothing is written. Tasks already stored are not checked. A collection
+// that is no task collection is refused (ErrNotTaskCollection), as by a
+// publish.
 func SetParamsSchema(ctx context.Context, coll *mongo.Collection, schema []byte) error {
 	meta := metaCollection(coll)
 	if len(schema) == 0 {
+		if err := ensureSchema(ctx, coll, slog.Default()); err != nil {
+			return err
+		}
 		_, err := meta.DeleteOne(ctx, bson.D{{Key: "_id", Value: stored.ParamsSchemaID}})
 		return err
 	}
@@ -45,6 +51,9 @@ func SetParamsSchema(ctx context.Context, coll *mongo.Collection, schema []byte)
 	}
 	if err != nil {
 		return invalid("schema", "%v", err)
+	}
+	if err := ensureSchema(ctx, coll, slog.Default()); err != nil {
+		return err
 	}
 	_, err = meta.UpdateOne(ctx, bson.D{{Key: "_id", Value: stored.ParamsSchemaID}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "json", Value: string(schema)}}}, {Key: "$currentDate", Value: bson.D{{Key: "updated_at", Value: true}}}},

@@ -50,16 +50,25 @@ func metaCollection(coll *mongo.Collection) *mongo.Collection { return upkeep.Me
 
 const schemaMetaID = stored.SchemaID
 
-// ensureSchema brings coll to SchemaVersion: it refuses a newer collection
-// before writing anything, and migrates an older one. Every step is
+// ensureSchema brings coll to SchemaVersion: it refuses a newer collection,
+// and one that is no task collection (see checkUnmarked), before writing
+// anything, and migrates an older one. Every step is
 // idempotent, so workers starting together, or one killed mid-way and
 // started again, end in the same documents.
 func ensureSchema(ctx context.Context, coll *mongo.Collection, log *slog.Logger) error {
+	if reason := reservedReason(coll.Name()); reason != "" {
+		return &NotTaskCollectionError{Collection: coll.Name(), Reason: reason}
+	}
 	meta := metaCollection(coll)
 	raw, err := meta.FindOne(ctx, bson.D{{Key: "_id", Value: schemaMetaID}}).Raw()
 	version := SchemaVersionOldest // no metadata: written by version 1, or empty
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
+		// No mark: a task collection of the first layout, a new one, or
+		// someone else's (see checkUnmarked).
+		if err := checkUnmarked(ctx, coll); err != nil {
+			return err
+		}
 	case err != nil:
 		return fmt.Errorf("mscheduler: read schema version of %s: %w", coll.Name(), err)
 	default:
@@ -112,6 +121,28 @@ func migrate(ctx context.Context, coll, meta *mongo.Collection, broken bool, log
 	}
 	if err != nil {
 		return fmt.Errorf("mscheduler: record schema version of %s: %w", coll.Name(), err)
+	}
+	return nil
+}
+
+// Adopt marks coll as a task collection, for a collection the library
+// refuses with a *NotTaskCollectionError (its documents hold tasks, yet
+// its metadata was lost): the next EnsureIndexes, consumer start or
+// publish migrates its documents from the oldest layout, and from then on
+// its consumers check every document, setting invalid, with the reason,
+// those that are not tasks. A collection already marked is left as it
+// is; a collection the library keeps for itself is refused.
+func Adopt(ctx context.Context, coll *mongo.Collection) error {
+	if reason := reservedReason(coll.Name()); reason != "" {
+		return &NotTaskCollectionError{Collection: coll.Name(), Reason: reason}
+	}
+	_, err := metaCollection(coll).UpdateOne(ctx, bson.D{{Key: "_id", Value: schemaMetaID}},
+		bson.D{{Key: "$max", Value: bson.D{{Key: "version", Value: SchemaVersionOldest}}}}, options.UpdateOne().SetUpsert(true))
+	if mongo.IsDuplicateKeyError(err) { // marked meanwhile, by another process
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("mscheduler: adopt %s: %w", coll.Name(), err)
 	}
 	return nil
 }

@@ -353,7 +353,7 @@ func (w *Worker) startAllRetrying(ctx context.Context, consumers []*consumer) ([
 // network, a timeout, no server to select), as opposed to an answer that
 // retrying cannot change.
 func unreachable(err error) bool {
-	if errors.Is(err, mscheduler.ErrSchema) || errors.Is(err, mscheduler.ErrInvalid) {
+	if errors.Is(err, mscheduler.ErrSchema) || errors.Is(err, mscheduler.ErrInvalid) || errors.Is(err, mscheduler.ErrNotTaskCollection) {
 		return false
 	}
 	var se mongo.ServerError

@@ -47,7 +47,13 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.message }
 
+// serverError answers an error of the library or the server: a
+// collection that is no task collection is not found, as the gateway
+// serves none other; anything else says the server cannot serve now.
 func serverError(err error) *apiError {
+	if errors.Is(err, mscheduler.ErrNotTaskCollection) {
+		return &apiError{http.StatusNotFound, "collection", strings.TrimPrefix(err.Error(), "mscheduler: ")}
+	}
 	return &apiError{http.StatusServiceUnavailable, "", "the server: " + err.Error()}
 }
 

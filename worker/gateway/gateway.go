@@ -310,8 +310,11 @@ func (g *Gateway) producer(ctx context.Context, coll string) (*mscheduler.Produc
 	if p != nil {
 		return p, nil
 	}
-	if coll == "" || strings.HasPrefix(coll, "system.") || strings.HasSuffix(coll, ".meta") || strings.HasSuffix(coll, ".runs") {
-		return nil, &apiError{http.StatusNotFound, "collection", fmt.Sprintf("%q is not a task collection", coll)}
+	if coll == "" {
+		return nil, &apiError{http.StatusNotFound, "collection", `"" is not a task collection`}
+	}
+	if err := mscheduler.CheckTaskCollection(ctx, g.db.Collection(coll)); err != nil {
+		return nil, serverError(err)
 	}
 	names, err := g.db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: coll}})
 	if err != nil && ctx.Err() != nil {

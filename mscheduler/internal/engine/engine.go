@@ -258,14 +258,25 @@ func (c *Engine) Start(ctx context.Context) error {
 
 // prepare does what Start must do before claims, its commands at once, so
 // that on a slow server a start costs two round trips, not five: it
-// measures the server clock, then announces the consumer (with the
-// server's time); it checks the schema; it opens the change stream. The
-// first announce failing is no error: the upkeep loop tries again.
+// measures the server clock while it checks the schema, then announces
+// the consumer (with the server's time); it opens the change stream. The
+// announce waits for the schema's check, which refuses a collection that
+// is no task collection before anything is written beside it. The first
+// announce failing is no error: the upkeep loop tries again.
 func (c *Engine) prepare(ctx context.Context, up *upkeepState) error {
 	var g errgroup.Group
+	schemaChecked := make(chan error, 1)
+	g.Go(func() error {
+		err := c.cfg.Documents.EnsureSchema(ctx, c.coll, c.log)
+		schemaChecked <- err
+		return err
+	})
 	g.Go(func() error {
 		if err := c.clock.Ensure(ctx, c.coll.Database()); err != nil {
 			return err
+		}
+		if err := <-schemaChecked; err != nil {
+			return nil // the schema's goroutine returns it
 		}
 		if err := c.announce(ctx, up); err != nil {
 			c.log.Warn("could not announce the consumer; trying again soon", "error", err)
@@ -274,7 +285,6 @@ func (c *Engine) prepare(ctx context.Context, up *upkeepState) error {
 		up.announceAt = c.clock.Now().Add(jitter(min(c.cfg.MaintenanceInterval, announceSoon)))
 		return nil
 	})
-	g.Go(func() error { return c.cfg.Documents.EnsureSchema(ctx, c.coll, c.log) })
 	g.Go(func() error {
 		if err := c.caps.Probe(ctx, c.coll); err != nil {
 			c.log.Debug("could not learn whether the server takes a projection on findAndModify", "error", err)

@@ -72,7 +72,7 @@ func init() {
 		{"stats", "[--json]", "count tasks by status, the oldest waiting, runs and failures of the last hour", runStats},
 		{"workers", "[--json]", "list the worker processes, live and stale", runWorkers},
 		{"params-schema", "[--set FILE | --remove]", "show, set or remove the JSON Schema that published params must satisfy", runParamsSchema},
-		{"migrate", "[--create]", "bring the collection to this build's schema version and create its indexes", runMigrate},
+		{"migrate", "[--create] [--adopt]", "bring the collection to this build's schema version and create its indexes; --adopt marks one whose metadata was lost", runMigrate},
 		{"work", "--exec CMD [--capacity N] [--worker-id ID] [--groups G,...] [--shutdown-timeout D] [--quiet]", "serve the collection from here: each run executes a shell command", runWork},
 		{"dashboard", "[--addr A] [--read-only] [--allow-host NAME]", "serve the web dashboard (with no server set: the development server with demo tasks)", runDashboard},
 		{"gateway", "[--addr A] [--tokens FILE] [--allow-host NAME]... [--capacity N] [--worker-id ID]", "serve the HTTP gateway through which executors in any language take and end runs (with no server set: on the development server)", runGateway},

@@ -18,6 +18,7 @@ import (
 // to see what a start-up would do.
 func runMigrate(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) error {
 	create := fs.Bool("create", false, "create the collection if it does not exist (without it, a mistyped name is an error)")
+	adopt := fs.Bool("adopt", false, "mark the collection as a task collection first, though it holds documents and no mark (its metadata lost): from then on workers set invalid, with the reason, every document that is no task")
 	args, err := c.parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -40,16 +41,26 @@ func runMigrate(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 	if err != nil {
 		return err
 	}
+	adopted := ""
+	if *adopt && before != mscheduler.SchemaVersion {
+		if err := mscheduler.Adopt(ctx, coll); err != nil {
+			return libraryError("migrate", err)
+		}
+		adopted = "adopted as a task collection; "
+	}
 	if err := mscheduler.EnsureIndexes(ctx, coll); err != nil {
 		return libraryError("migrate", err)
 	}
+	if _, err := fmt.Fprint(c.stdout, coll.Name()+": "+adopted); err != nil {
+		return err
+	}
 	switch before {
 	case mscheduler.SchemaVersion:
-		_, err = fmt.Fprintf(c.stdout, "%s: at schema version %d; indexes ensured\n", coll.Name(), before)
+		_, err = fmt.Fprintf(c.stdout, "at schema version %d; indexes ensured\n", before)
 	case 0:
-		_, err = fmt.Fprintf(c.stdout, "%s: new collection, stamped schema version %d; indexes created\n", coll.Name(), mscheduler.SchemaVersion)
+		_, err = fmt.Fprintf(c.stdout, "new collection, stamped schema version %d; indexes created\n", mscheduler.SchemaVersion)
 	default:
-		_, err = fmt.Fprintf(c.stdout, "%s: migrated from schema version %d to %d; indexes ensured\n", coll.Name(), before, mscheduler.SchemaVersion)
+		_, err = fmt.Fprintf(c.stdout, "migrated from schema version %d to %d; indexes ensured\n", before, mscheduler.SchemaVersion)
 	}
 	return err
 }

@@ -58,3 +58,32 @@ func TestMigrateNewCollection(t *testing.T) {
 		t.Fatalf("indexes after migrate: %d (%v), want the library's", len(specs), err)
 	}
 }
+
+// TestMigrateAdopt: a collection of documents that are no tasks, and no
+// mark of a task collection, is refused by migrate with the way to adopt
+// it, and left as it was; migrate --adopt marks it, at this version.
+func TestMigrateAdopt(t *testing.T) {
+	t.Parallel()
+	coll := mschedulertest.Collection(t)
+	ctx, cancel := context.WithTimeout(context.Background(), mschedulertest.WaitTimeout)
+	defer cancel()
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "lost"}, {Key: "key", Value: "lost"}, {Key: "status", Value: "pending"}}); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) result {
+		return runCommand(t, serverEnv(), append([]string{"--db", mschedulertest.Database, "-c", coll.Name()}, args...)...)
+	}
+	run("migrate").wantError(t, exitError, "is not a task collection", "no schema version", "migrate --adopt")
+	if n, err := coll.Database().Collection(coll.Name()+".meta").CountDocuments(ctx, bson.D{}); err != nil || n != 0 {
+		t.Fatalf("metadata documents after a refused migrate: %d (%v), want none", n, err)
+	}
+	if r := run("migrate", "--adopt").wantOK(t); r.stdout != coll.Name()+": adopted as a task collection; migrated from schema version 1 to 2; indexes ensured\n" {
+		t.Errorf("migrate --adopt printed %q", r.stdout)
+	}
+	var mark struct {
+		Version int `bson:"version"`
+	}
+	if err := coll.Database().Collection(coll.Name()+".meta").FindOne(ctx, bson.D{{Key: "_id", Value: "schema"}}).Decode(&mark); err != nil || mark.Version != mscheduler.SchemaVersion {
+		t.Fatalf("schema document after migrate --adopt: version %d (%v), want %d", mark.Version, err, mscheduler.SchemaVersion)
+	}
+}
