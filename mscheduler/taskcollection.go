@@ -64,6 +64,22 @@ func reservedReason(name string) string {
 	return ""
 }
 
+// CheckTaskCollectionName refuses, by its name alone, a collection that
+// can never be a task collection: one the library keeps for itself, a
+// system collection, or a name the server takes for no collection.
+func CheckTaskCollectionName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("mscheduler: a collection name must not be empty")
+	case strings.ContainsAny(name, "$\x00"):
+		return fmt.Errorf("mscheduler: collection name %q must not contain $ or NUL", name)
+	}
+	if reason := reservedReason(name); reason != "" {
+		return &NotTaskCollectionError{Collection: name, Reason: reason}
+	}
+	return nil
+}
+
 // CheckTaskCollection says, writing nothing, whether coll is a task
 // collection or may become one (it is empty, or does not exist yet): nil,
 // or a *NotTaskCollectionError, the refusal a publish or a consumer's

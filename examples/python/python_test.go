@@ -31,6 +31,7 @@ func startGateway(t *testing.T, cfg *gateway.Config) (*mongo.Collection, string)
 		t.Fatal(err)
 	}
 	cfg.Consumer.PollInterval = 50 * time.Millisecond
+	cfg.Collections = []string{coll.Name()}
 	gw, err := gateway.New(coll.Database(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -593,9 +593,10 @@ func cmpErr(errs ...error) error {
 }
 
 // newBenchGateway serves a gateway on db, as the brief's configuration.
-func newBenchGateway(b *testing.B, db *mongo.Database, logs *logCounter) (*gateway.Gateway, *httptest.Server) {
+func newBenchGateway(b *testing.B, db *mongo.Database, coll string, logs *logCounter) (*gateway.Gateway, *httptest.Server) {
 	gw, err := gateway.New(db, &gateway.Config{
-		Capacity: benchCapacity, WorkerID: "bench-gateway", Logger: slog.New(logs),
+		Collections: []string{coll},
+		Capacity:    benchCapacity, WorkerID: "bench-gateway", Logger: slog.New(logs),
 		Consumer: mscheduler.ConsumerConfig{PollInterval: benchPollInterval},
 	})
 	if err != nil {
@@ -621,7 +622,7 @@ func drainGateway(b *testing.B, n int) drainStats {
 	e := newDrainEnv(b, "gateway", n)
 	ctx, cancel := context.WithTimeout(b.Context(), benchStall)
 	defer cancel()
-	gw, srv := newBenchGateway(b, e.client.Database(mschedulertest.Database), e.logs)
+	gw, srv := newBenchGateway(b, e.client.Database(mschedulertest.Database), e.name, e.logs)
 	x, tr := newExecutor(srv, e.name, "bench-executor")
 
 	b.StartTimer()
@@ -854,7 +855,7 @@ func benchLatencyGateway(b *testing.B, maxTake int) {
 	coll, p, drop := newLatencyColl(b, "gateway")
 	defer drop()
 	client := mschedulertest.NewClient(b)
-	gw, srv := newBenchGateway(b, client.Database(mschedulertest.Database), newLogCounter(b))
+	gw, srv := newBenchGateway(b, client.Database(mschedulertest.Database), coll.Name(), newLogCounter(b))
 	x, tr := newExecutor(srv, coll.Name(), "bench-latency")
 	defer stopBenchGateway(b, gw, srv, tr)
 

@@ -24,6 +24,8 @@
 // without Config.Tokens only this machine's peers are served; a browser's
 // cross-site request (Sec-Fetch-Site or Origin) gets 403, so that a page
 // of another site cannot act through a gateway on loopback; bodies are
-// bounded. The routes and their answers are described by the OpenAPI
+// bounded. A gateway serves only the task collections it is given
+// (Config.Collections): a request naming another is answered 404, and
+// none of it is read or written. The routes and their answers are described by the OpenAPI
 // document served at /openapi.json.
 package gateway

@@ -459,7 +459,8 @@ func (x *gxExplorer) newCase(op gxOp) *gxCase {
 	x.cases++
 	c := &gxCase{x: x, wid: fmt.Sprintf("gx%04d", x.cases), applied: map[string]bool{}}
 	cfg := &gateway.Config{
-		WorkerID: c.wid, HeartbeatInterval: gxOff, UntakenHold: gxOff,
+		Collections: []string{x.coll.Name()},
+		WorkerID:    c.wid, HeartbeatInterval: gxOff, UntakenHold: gxOff,
 		Logger: slog.New(slog.NewTextHandler(&c.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Consumer: mscheduler.ConsumerConfig{
 			// Polls send nothing while no take waits (the demand is met).

@@ -40,6 +40,11 @@ type Executor struct {
 // Config configures a Gateway. The zero value serves this machine only,
 // with executors naming themselves.
 type Config struct {
+	// Collections are the task collections the gateway serves. A request
+	// naming another is answered 404, and one of them is served only while
+	// it is a task collection (see mscheduler.CheckTaskCollection): the
+	// gateway reads and writes no collection it was not given. Required.
+	Collections []string
 	// Tokens maps each bearer token to the executor it speaks for. With
 	// none, only this machine's peers are served, and executors name
 	// themselves (the "executor" and "groups" of their requests).
@@ -110,6 +115,14 @@ func (c *Config) withDefaults() *Config {
 }
 
 func (c *Config) validate() error {
+	if len(c.Collections) == 0 {
+		return errors.New("gateway: invalid Collections: name the task collections to serve (the command's -c or --collections)")
+	}
+	for i, name := range c.Collections {
+		if err := mscheduler.CheckTaskCollectionName(name); err != nil {
+			return fmt.Errorf("gateway: invalid Collections[%d]: %w", i, err)
+		}
+	}
 	if err := mscheduler.ValidateWorkerID(c.WorkerID); err != nil {
 		return fmt.Errorf("gateway: invalid WorkerID: %w", err)
 	}
@@ -310,8 +323,8 @@ func (g *Gateway) producer(ctx context.Context, coll string) (*mscheduler.Produc
 	if p != nil {
 		return p, nil
 	}
-	if coll == "" {
-		return nil, &apiError{http.StatusNotFound, "collection", `"" is not a task collection`}
+	if !slices.Contains(g.cfg.Collections, coll) {
+		return nil, &apiError{http.StatusNotFound, "collection", fmt.Sprintf("collection %q is not one this gateway serves", coll)}
 	}
 	if err := mscheduler.CheckTaskCollection(ctx, g.db.Collection(coll)); err != nil {
 		return nil, serverError(err)

@@ -42,6 +42,9 @@ func newFixture(t *testing.T, cfg *gateway.Config) *fixture {
 	if cfg == nil {
 		cfg = &gateway.Config{}
 	}
+	if cfg.Collections == nil {
+		cfg.Collections = []string{coll.Name()}
+	}
 	cfg.Consumer.PollInterval = 50 * time.Millisecond
 	gw, err := gateway.New(coll.Database(), cfg)
 	if err != nil {
@@ -603,7 +606,7 @@ func TestEveryAnswerRefusesFraming(t *testing.T) {
 			t.Errorf("%s %s (Host %q): %d with headers %v, want framing and sniffing refused", c.method, c.path, c.host, resp.StatusCode, resp.Header)
 		}
 	}
-	_, err := gateway.New(mschedulertest.Client().Database(mschedulertest.Database), &gateway.Config{AllowedHosts: []string{"http://gw.internal:8090"}})
+	_, err := gateway.New(mschedulertest.Client().Database(mschedulertest.Database), &gateway.Config{Collections: []string{"tasks"}, AllowedHosts: []string{"http://gw.internal:8090"}})
 	if err == nil || !strings.Contains(err.Error(), "AllowedHosts[0]") {
 		t.Errorf("an allowed host with a scheme and a port: %v, want an error naming AllowedHosts[0]", err)
 	}

@@ -746,8 +746,13 @@ const (
 	opOpenAPI  = "GET /openapi.json"
 )
 
-func newOAGateway(t *testing.T, cfg *Config) *Gateway {
+// newOAGateway is a gateway serving collections ("c" when none is named).
+func newOAGateway(t *testing.T, cfg *Config, collections ...string) *Gateway {
 	t.Helper()
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	cfg.Collections = append(collections, "c")
 	gw, err := New(mschedulertest.Client().Database(mschedulertest.Database), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -858,7 +863,10 @@ func TestContractAnswers(t *testing.T) {
 	if err := mscheduler.EnsureIndexes(t.Context(), coll); err != nil {
 		t.Fatal(err)
 	}
-	gw := newOAGateway(t, &Config{Consumer: mscheduler.ConsumerConfig{PollInterval: 50 * time.Millisecond, MaxResultBytes: 1 << 10}})
+	// The missing collection is given, for the answer to a collection that
+	// does not exist.
+	gw := newOAGateway(t, &Config{Consumer: mscheduler.ConsumerConfig{PollInterval: 50 * time.Millisecond, MaxResultBytes: 1 << 10}},
+		coll.Name(), coll.Name()+"_missing")
 	c := newOAClient(t, gw, coll.Name())
 
 	// Publish one, then many; refuse both at once.

@@ -21,7 +21,7 @@ import (
 // wait of a route and a margin; every other time is bounded.
 func TestNewServerTimeouts(t *testing.T) {
 	t.Parallel()
-	for _, cfg := range []*gateway.Config{{}, {MaxWait: 5 * time.Minute}, {EndWait: 10 * time.Minute}} {
+	for _, cfg := range []*gateway.Config{{Collections: []string{"tasks"}}, {Collections: []string{"tasks"}, MaxWait: 5 * time.Minute}, {Collections: []string{"tasks"}, EndWait: 10 * time.Minute}} {
 		gw, err := gateway.New(mschedulertest.Client().Database(mschedulertest.Database), cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -46,7 +46,7 @@ func TestNewServerShutdownEndsTakes(t *testing.T) {
 	if err := mscheduler.EnsureIndexes(t.Context(), coll); err != nil {
 		t.Fatal(err)
 	}
-	gw, err := gateway.New(coll.Database(), nil)
+	gw, err := gateway.New(coll.Database(), &gateway.Config{Collections: []string{coll.Name()}})
 	if err != nil {
 		t.Fatal(err)
 	}

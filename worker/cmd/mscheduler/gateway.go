@@ -11,8 +11,11 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mscheduler/mscheduler/mscheduler"
 	"github.com/mscheduler/mscheduler/worker"
@@ -38,6 +41,8 @@ func runGateway(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 	var allowHosts hostList
 	fs.Var(&allowHosts, "allow-host", "a host `name` the gateway answers to besides localhost and IP addresses (repeat for more)")
 	capacity := fs.Int("capacity", gateway.CapacityDefault, "the most runs held at once for each set of executor groups, with executors or waiting for one")
+	collections := fs.String("collections", "", "the task `collections` to serve, comma-separated (default: the one -c names); requests naming another are answered 404")
+	create := fs.Bool("create", false, "create the collections that do not exist yet, as migrate --create does (without it, a mistyped name is an error)")
 	workerID := fs.String("worker-id", "", "the gateway's worker `id` in the task documents, suffixed with the groups of each set; one per gateway process (default: the host name and -gateway)")
 	args, err := c.parseArgs(fs, args)
 	if err != nil {
@@ -72,6 +77,10 @@ func runGateway(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 	if len(tokens) == 0 && beyondLoopback(*addr) {
 		return tokensNeeded(*addr)
 	}
+	served, err := servedCollections(*collections, c.collection)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return &opError{msg: fmt.Sprintf("gateway: listen on %s: %v", *addr, err), err: err}
@@ -94,7 +103,7 @@ func runGateway(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 		}
 		defer func() { _ = s.Stop() }()
 		c.uri = s.URI()
-		fmt.Fprintf(c.stderr, "development server at %s: point the command at it to make a collection for the gateway, as in\n  %s=%s mscheduler -c jobs migrate --create\n", c.uri, worker.EnvURI, c.uri)
+		fmt.Fprintf(c.stderr, "development server at %s (--create makes the collections to serve there); point other commands at it with\n  %s=%s\n", c.uri, worker.EnvURI, c.uri)
 	}
 	if err := c.connectDB(); err != nil {
 		return err
@@ -103,8 +112,12 @@ func runGateway(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 	if err := c.client.Ping(ctx, nil); err != nil {
 		return err
 	}
+	if err := c.prepareServed(ctx, served, *create); err != nil {
+		return err
+	}
 	gw, err := gateway.New(c.client.Database(c.db), &gateway.Config{
-		Tokens: tokens, WorkerID: id, Capacity: *capacity, AllowedHosts: allowHosts,
+		Collections: served,
+		Tokens:      tokens, WorkerID: id, Capacity: *capacity, AllowedHosts: allowHosts,
 		Logger: slog.New(slog.NewTextHandler(c.stderr, nil)),
 	})
 	if err != nil {
@@ -113,11 +126,11 @@ func runGateway(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 	srv := gateway.NewServer(gw)
 	base := "http://" + browsable(ln.Addr())
 	coll := "<collection>"
-	if c.collection != "" {
-		coll = url.PathEscape(c.collection)
+	if len(served) == 1 {
+		coll = url.PathEscape(served[0])
 	}
 	fmt.Fprintf(c.stdout, "gateway at %s/v1/collections/%s/… (OpenAPI at %s/openapi.json)\n", base, coll, base)
-	fmt.Fprintf(c.stderr, "gateway of database %q serving on the address above (each URL names a collection, which must exist); Ctrl-C stops it.\n", c.db)
+	fmt.Fprintf(c.stderr, "gateway of database %q serving the task collections %s on the address above; Ctrl-C stops it.\n", c.db, strings.Join(served, ", "))
 	switch {
 	case len(tokens) == 0:
 		fmt.Fprintln(c.stderr, "no --tokens: this machine's executors only, naming themselves in their requests.")
@@ -153,6 +166,51 @@ func runGateway(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 		serveErr = &opError{msg: fmt.Sprintf("gateway: stop: %v", err), err: err}
 	}
 	return serveErr
+}
+
+// servedCollections are the collections --collections names, or -c's.
+func servedCollections(list, collection string) ([]string, error) {
+	if list == "" {
+		list = collection
+	}
+	if list == "" {
+		return nil, usageErrorf("gateway: name the task collections to serve: -c NAME, or --collections A,B")
+	}
+	var out []string
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		if err := mscheduler.CheckTaskCollectionName(name); err != nil {
+			return nil, usageErrorf("gateway: --collections: %s", strings.TrimPrefix(err.Error(), "mscheduler: "))
+		}
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// prepareServed checks, before anything is served, that each collection
+// to serve is a task collection, and creates those missing with create.
+func (c *cli) prepareServed(ctx context.Context, served []string, create bool) error {
+	db := c.client.Database(c.db)
+	for _, name := range served {
+		names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: name}})
+		if err != nil {
+			return &opError{msg: fmt.Sprintf("gateway: reach the server: %v", err), err: err}
+		}
+		switch {
+		case len(names) == 0 && !create:
+			return &opError{msg: fmt.Sprintf("gateway: collection %q does not exist in database %q (check -c, --collections and --db; --create makes it)", name, c.db)}
+		case len(names) == 0:
+			err = mscheduler.EnsureIndexes(ctx, db.Collection(name))
+		default:
+			err = mscheduler.CheckTaskCollection(ctx, db.Collection(name))
+		}
+		if err != nil {
+			return libraryError("gateway", err)
+		}
+	}
+	return nil
 }
 
 // defaultGatewayID is the gateway's worker id when --worker-id is not

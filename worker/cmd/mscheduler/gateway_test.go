@@ -36,7 +36,7 @@ type servingGateway struct {
 	exited chan int
 }
 
-var gatewayLine = regexp.MustCompile(`^gateway at (http://127\.0\.0\.1:[0-9]+)/v1/collections/<collection>/… \(OpenAPI at (http://127\.0\.0\.1:[0-9]+)/openapi\.json\)\n$`)
+var gatewayLine = regexp.MustCompile(`^gateway at (http://127\.0\.0\.1:[0-9]+)/v1/collections/[^/]+/… \(OpenAPI at (http://127\.0\.0\.1:[0-9]+)/openapi\.json\)\n$`)
 
 // startGateway runs the command with args until the end of the test, and
 // returns once it printed its address.
@@ -132,7 +132,7 @@ func gatewayCollection(t *testing.T) (*mongo.Collection, string) {
 func TestGateway(t *testing.T) {
 	t.Parallel()
 	tasks, coll := gatewayCollection(t)
-	g := startGateway(t, "--worker-id", "gw-test")
+	g := startGateway(t, "--worker-id", "gw-test", "--collections", tasks.Name())
 	if code, out := g.call("GET", "/openapi.json", "", nil); code != http.StatusOK || out["openapi"] == nil {
 		t.Errorf("GET /openapi.json: %d, want 200 and the document", code)
 	}
@@ -208,13 +208,13 @@ func (g *servingGateway) takeOne(coll, executor string) map[string]any {
 // TestGatewayTokens: with --tokens, a request needs one of its tokens.
 func TestGatewayTokens(t *testing.T) {
 	t.Parallel()
-	_, coll := gatewayCollection(t)
+	tasks, coll := gatewayCollection(t)
 	const token = "0123456789abcdef0123456789abcdef"
 	file := filepath.Join(t.TempDir(), "tokens.json")
 	if err := os.WriteFile(file, []byte(`{"`+token+`": {"executor": "e1", "groups": ["reports"]}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	g := startGateway(t, "--tokens", file)
+	g := startGateway(t, "--tokens", file, "-c", tasks.Name())
 	if code, out := g.call("GET", coll+"/tasks", "", nil); code != http.StatusUnauthorized {
 		t.Errorf("without a token: %d %v, want 401", code, out)
 	}
@@ -267,6 +267,9 @@ func TestGatewayUsageErrors(t *testing.T) {
 		{"capacity", []string{"--capacity", "0"}, []string{"--capacity must be at least 1"}},
 		{"worker id", []string{"--worker-id", "$gw"}, []string{"--worker-id"}},
 		{"argument", []string{"extra"}, []string{"gateway takes no arguments"}},
+		{"no collections", nil, []string{"name the task collections to serve", "--collections"}},
+		{"the registry", []string{"--collections", "jobs,mscheduler.workers"}, []string{"--collections", "mscheduler.workers", "worker registry"}},
+		{"history", []string{"-c", "jobs.runs"}, []string{"--collections", "jobs.runs", "run history"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -278,5 +281,45 @@ func TestGatewayUsageErrors(t *testing.T) {
 				t.Errorf("stderr shows a token: %q", r.stderr)
 			}
 		})
+	}
+}
+
+// TestGatewayServesOnlyItsCollections: the gateway serves the collections
+// it is given and answers 404 for any other; it refuses to start on a
+// collection that does not exist (unless --create, which makes it a task
+// collection) or that holds documents and is no task collection.
+func TestGatewayServesOnlyItsCollections(t *testing.T) {
+	t.Parallel()
+	tasks, served := gatewayCollection(t)
+	fresh := tasks.Name() + "_new"
+	users := tasks.Database().Collection(tasks.Name() + "_users")
+	t.Cleanup(func() {
+		for _, name := range []string{fresh, fresh + ".meta", fresh + ".runs", users.Name()} {
+			_ = tasks.Database().Collection(name).Drop(context.Background())
+		}
+	})
+	if _, err := users.InsertOne(t.Context(), bson.D{{Key: "_id", Value: "u1"}, {Key: "name", Value: "ann"}}); err != nil {
+		t.Fatal(err)
+	}
+	refused := func(want []string, args ...string) {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		code := run(t.Context(), gatewayArgs(args...), &stdout, &stderr)
+		result{code: code, stdout: stdout.String(), stderr: stderr.String()}.wantError(t, exitError, want...)
+	}
+	refused([]string{fresh, "does not exist", "--create makes it"}, "--collections", fresh)
+	refused([]string{users.Name(), "is not a task collection", "migrate --adopt"}, "--collections", tasks.Name()+","+users.Name())
+
+	g := startGateway(t, "--collections", tasks.Name()+","+fresh, "--create")
+	for _, coll := range []string{served, "/v1/collections/" + fresh} {
+		if code, out := g.call("GET", coll+"/tasks", "", nil); code != http.StatusOK {
+			t.Errorf("GET %s/tasks: %d %v, want 200", coll, code, out)
+		}
+	}
+	if code, out := g.call("GET", "/v1/collections/"+users.Name()+"/tasks", "", nil); code != http.StatusNotFound || out["field"] != "collection" {
+		t.Errorf("a collection not given: %d %v, want 404 about the collection", code, out)
+	}
+	if err := mscheduler.CheckTaskCollection(t.Context(), tasks.Database().Collection(fresh)); err != nil {
+		t.Errorf("the collection --create made: %v, want a task collection", err)
 	}
 }

@@ -75,7 +75,7 @@ func init() {
 		{"migrate", "[--create] [--adopt]", "bring the collection to this build's schema version and create its indexes; --adopt marks one whose metadata was lost", runMigrate},
 		{"work", "--exec CMD [--capacity N] [--worker-id ID] [--groups G,...] [--shutdown-timeout D] [--quiet]", "serve the collection from here: each run executes a shell command", runWork},
 		{"dashboard", "[--addr A] [--read-only] [--allow-host NAME]", "serve the web dashboard (with no server set: the development server with demo tasks)", runDashboard},
-		{"gateway", "[--addr A] [--tokens FILE] [--allow-host NAME]... [--capacity N] [--worker-id ID]", "serve the HTTP gateway through which executors in any language take and end runs (with no server set: on the development server)", runGateway},
+		{"gateway", "[--collections A,B] [--create] [--addr A] [--tokens FILE] [--allow-host NAME]... [--capacity N] [--worker-id ID]", "serve the HTTP gateway through which executors in any language take and end runs of the collections given (with no server set: on the development server)", runGateway},
 		{"dev", "[--addr A] [--data DIR]", "run the development server for mongosh, Compass and the examples", runDev},
 		{"completion", "bash|zsh|fish", "print the shell's completion script, to load as in source <(mscheduler completion bash)", runCompletion},
 		{"version", "", "print the version", runVersion},
