@@ -371,6 +371,9 @@ func (c *ConsumerConfig) validate() error {
 		if g == "" {
 			return invalid(fmt.Sprintf("Groups[%d]", i), "must not be empty")
 		}
+		if reason := groupNameProblem(g); reason != "" {
+			return invalid(fmt.Sprintf("Groups[%d]", i), "%s", reason)
+		}
 	}
 	switch {
 	case c.Capacity < 1:

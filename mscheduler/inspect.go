@@ -180,6 +180,9 @@ type ListOpts struct {
 	Paused bool
 	// Group selects the tasks of this group (Task.Group).
 	Group string
+	// Groups selects the tasks of any of these groups, "" standing for the
+	// tasks of no group. Nil selects every group.
+	Groups []string
 	// Recurring selects the tasks that have a plan. No index knows them:
 	// the server reads the tasks in the Sort order until it has Limit of
 	// them, so bound it with a deadline on ctx.
@@ -239,6 +242,9 @@ func (p *Producer[P]) List(ctx context.Context, opts ListOpts) ([]TaskInfo[P], e
 	}
 	if opts.Group != "" {
 		filter = append(filter, bson.E{Key: fGroup, Value: opts.Group})
+	}
+	if opts.Groups != nil {
+		filter = append(filter, bson.E{Key: fGroup, Value: op("$in", groupValues(opts.Groups))})
 	}
 	if opts.Recurring {
 		filter = append(filter, bson.E{Key: fPlan, Value: op("$type", "object")})
@@ -381,6 +387,20 @@ func readRuns(raw bson.Raw) []RunInfo {
 	out := make([]RunInfo, 0, len(kept))
 	for _, r := range kept {
 		out = append(out, newRunInfo(r))
+	}
+	return out
+}
+
+// groupValues are the values of the group field that select groups: ""
+// (no group) is the field's absence, which null matches in $in.
+func groupValues(groups []string) bson.A {
+	out := make(bson.A, 0, len(groups))
+	for _, g := range groups {
+		if g == "" {
+			out = append(out, nil)
+		} else {
+			out = append(out, g)
+		}
 	}
 	return out
 }

@@ -87,6 +87,11 @@ func newTaskDoc[P any](t *Task[P], d TaskDefaults, now time.Time, prefix string)
 	if t.Concurrency < 0 {
 		return nil, invalid(prefix+"Concurrency", "must be at least 1, got %d", t.Concurrency)
 	}
+	if t.Group != "" {
+		if reason := groupNameProblem(t.Group); reason != "" {
+			return nil, invalid(prefix+"Group", "%s", reason)
+		}
+	}
 	opts := taskOptions{
 		Concurrency:   cmp.Or(t.Concurrency, d.Concurrency),
 		PingInterval:  cmp.Or(t.PingInterval, d.PingInterval),
@@ -120,6 +125,9 @@ func newTaskDoc[P any](t *Task[P], d TaskDefaults, now time.Time, prefix string)
 	}
 	if len(params.Value) > MaxParamsBytes {
 		return nil, invalid(prefix+"Params", "are %d bytes encoded, over MaxParamsBytes (%d): keep large inputs elsewhere and pass a reference", len(params.Value), MaxParamsBytes)
+	}
+	if path := unstorableKey(params); path != "" {
+		return nil, invalid(prefix+"Params"+path, "a field name must not start with $ or hold a dot: a task's params are stored as given, and such a name is an operator or a path to the server")
 	}
 	runAt := t.RunAt
 	if runAt.IsZero() {
@@ -188,6 +196,23 @@ func validateKey(key, field string) error {
 		return invalid(field, "must be valid UTF-8")
 	}
 	return nil
+}
+
+// groupNameProblem says what is wrong with a group's name, or "": a group
+// names consumers in their metadata document and filters of queries, and
+// a name starting with $ or holding NUL is read as neither.
+func groupNameProblem(g string) string {
+	switch {
+	case len(g) > 256:
+		return fmt.Sprintf("must be at most 256 bytes, got %d", len(g))
+	case strings.ContainsRune(g, 0):
+		return fmt.Sprintf("must not contain NUL, got %q", g)
+	case strings.HasPrefix(g, "$"):
+		return fmt.Sprintf("must not start with '$', got %q", g)
+	case !utf8.ValidString(g):
+		return "must be valid UTF-8"
+	}
+	return ""
 }
 
 // ValidateWorkerID reports whether id can name a worker. Worker ids are keys

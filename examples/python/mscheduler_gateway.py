@@ -234,9 +234,16 @@ class Gateway:
         once for :class:`NoRetry`, and for a result the gateway refuses: not
         JSON, or over its MaxResultBytes). The runs held are renewed together, one
         call, every (shortest) ``renew_every_ms``. A take waits up to
-        ``wait_ms``: stopping waits for it too. The runs handed back after a
-        restart are all run, even beyond ``concurrency``."""
+        ``wait_ms`` for work, a second at a time, so that ``serve`` returns
+        within about a second of ``stop`` when idle (a take cut short would
+        leave runs the gateway handed over unrun). The runs handed back after
+        a restart are all run, even beyond ``concurrency``."""
         _Serving(self, handler, concurrency).run(stop or threading.Event(), wait_ms)
+
+
+# STOP_SLICE_MS bounds each take of serve, and so how long stop waits for
+# an idle serve to return.
+STOP_SLICE_MS = 1000
 
 
 class _Serving:
@@ -260,7 +267,7 @@ class _Serving:
                     self.cond.wait_for(lambda: len(self.running) < self.concurrency)
                     free = self.concurrency - len(self.running)
                 try:
-                    runs = self.gw.take(max=free, wait_ms=wait_ms)
+                    runs = self.gw.take(max=free, wait_ms=min(wait_ms, STOP_SLICE_MS))
                 except (GatewayError, OSError) as exc:
                     log.warning("take: %s", exc)
                     stop.wait(1.0)

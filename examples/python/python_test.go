@@ -313,3 +313,29 @@ print(task["status"], task["failed_runs"], last["outcome"], "MaxResultBytes (102
 `, url, coll.Name())
 	assertLines(t, out, "failed 1 failed True")
 }
+
+// TestPythonIdleServeStopsWithinATake: an idle serve asked to wait up to
+// a minute for work takes a second at a time, so that a stop is heard
+// after the take going on, not after the minute.
+func TestPythonIdleServeStopsWithinATake(t *testing.T) {
+	coll, url := startGateway(t, &gateway.Config{})
+	out := python(t, "-c", `
+import sys, threading
+from mscheduler_gateway import Gateway
+gw = Gateway(sys.argv[1], sys.argv[2], executor="py-idle")
+waits = []
+take = gw.take
+stop = threading.Event()
+
+def counted(max=1, wait_ms=0):
+    waits.append(wait_ms)
+    if len(waits) == 2:
+        stop.set()
+    return take(max=max, wait_ms=wait_ms)
+
+gw.take = counted
+gw.serve(lambda run: None, stop=stop, wait_ms=60000)
+print("takes:", len(waits), "longest wait_ms:", max(waits))
+`, url, coll.Name())
+	assertLines(t, out, "takes: 2 longest wait_ms: 1000")
+}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
 	"github.com/mscheduler/mscheduler/mscheduler"
 )
 
@@ -43,18 +45,25 @@ type apiError struct {
 	status  int
 	field   string
 	message string
+	cause   error // logged by the route, not answered: the driver's detail names hosts
 }
 
 func (e *apiError) Error() string { return e.message }
 
 // serverError answers an error of the library or the server: a
 // collection that is no task collection is not found, as the gateway
-// serves none other; anything else says the server cannot serve now.
+// serves none other; a document the server refused to store is the
+// request's fault; anything else says the server cannot serve now, without
+// the driver's detail (its topology names the hosts), which the route logs.
 func serverError(err error) *apiError {
-	if errors.Is(err, mscheduler.ErrNotTaskCollection) {
-		return &apiError{http.StatusNotFound, "collection", strings.TrimPrefix(err.Error(), "mscheduler: ")}
+	var we mongo.WriteException
+	switch {
+	case errors.Is(err, mscheduler.ErrNotTaskCollection):
+		return &apiError{http.StatusNotFound, "collection", strings.TrimPrefix(err.Error(), "mscheduler: "), nil}
+	case errors.As(err, &we) && len(we.WriteErrors) > 0 && !mongo.IsDuplicateKeyError(err):
+		return &apiError{http.StatusBadRequest, "", "the server refused to store the task as given: " + we.WriteErrors[0].Message, nil}
 	}
-	return &apiError{http.StatusServiceUnavailable, "", "the server: " + err.Error()}
+	return &apiError{http.StatusServiceUnavailable, "", "the server cannot be reached, or did not answer in time: try again later (the gateway's log says more)", err}
 }
 
 // errorJSON is the body of every answer that is not a success.
@@ -85,10 +94,13 @@ func (g *Gateway) route(rt Route) http.HandlerFunc {
 		c, aerr := g.authenticate(r)
 		if aerr == nil {
 			if err := rt.handle(g, w, r, c); err != nil && !errors.As(err, &aerr) {
-				aerr = &apiError{http.StatusInternalServerError, "", err.Error()}
+				aerr = &apiError{http.StatusInternalServerError, "", err.Error(), nil}
 			}
 		}
 		if aerr != nil {
+			if aerr.cause != nil {
+				g.cfg.Logger.Warn("request not served", "method", r.Method, "path", r.URL.Path, "status", aerr.status, "error", aerr.cause)
+			}
 			writeError(w, aerr.status, aerr.field, aerr.message)
 		}
 	}
@@ -99,7 +111,7 @@ func (g *Gateway) route(rt Route) http.HandlerFunc {
 func decode(r *http.Request, v any) *apiError {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			return &apiError{http.StatusUnsupportedMediaType, "Content-Type", fmt.Sprintf("send application/json, not %q", ct)}
+			return &apiError{http.StatusUnsupportedMediaType, "Content-Type", fmt.Sprintf("send application/json, not %q", ct), nil}
 		}
 	}
 	dec := json.NewDecoder(r.Body)
@@ -114,12 +126,12 @@ func decode(r *http.Request, v any) *apiError {
 	case err == nil:
 		return nil
 	case errors.As(err, &tooBig):
-		return &apiError{http.StatusRequestEntityTooLarge, "body", fmt.Sprintf("the body is larger than %d bytes", tooBig.Limit)}
+		return &apiError{http.StatusRequestEntityTooLarge, "body", fmt.Sprintf("the body is larger than %d bytes", tooBig.Limit), nil}
 	case errors.As(err, &typeErr):
 		field := strings.TrimPrefix(typeErr.Field, "taskIn.") // the embedded struct of a one-task publish
-		return &apiError{http.StatusBadRequest, field, fmt.Sprintf("%s must be a JSON %s, not %s", field, typeErr.Type, typeErr.Value)}
+		return &apiError{http.StatusBadRequest, field, fmt.Sprintf("%s must be a JSON %s, not %s", field, typeErr.Type, typeErr.Value), nil}
 	default:
-		return &apiError{http.StatusBadRequest, "body", "the body is not the JSON this route takes: " + err.Error()}
+		return &apiError{http.StatusBadRequest, "body", "the body is not the JSON this route takes: " + err.Error(), nil}
 	}
 }
 
@@ -133,5 +145,5 @@ func invalidError(err error, prefix string) *apiError {
 	if !errors.As(err, &ie) {
 		return nil
 	}
-	return &apiError{http.StatusBadRequest, prefix + jsonFieldOf(ie.Field), jsonNamesIn(ie.Reason)}
+	return &apiError{http.StatusBadRequest, prefix + jsonFieldOf(ie.Field), jsonNamesIn(ie.Reason), nil}
 }

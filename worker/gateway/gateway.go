@@ -21,10 +21,14 @@ import (
 
 // Defaults of Config.
 const (
-	CapacityDefault     = 64
-	MaxTakeDefault      = 64
-	MaxWaitDefault      = 60 * time.Second
-	MaxWaitingDefault   = 256
+	CapacityDefault   = 64
+	MaxTakeDefault    = 64
+	MaxWaitDefault    = 60 * time.Second
+	MaxWaitingDefault = 256
+	// MaxWaitingPerExecutorDefault is Config.MaxWaitingPerExecutor's.
+	MaxWaitingPerExecutorDefault = 16
+	// MaxPoolsDefault is Config.MaxPools'.
+	MaxPoolsDefault     = 64
 	UntakenHoldDefault  = 2 * time.Second
 	MaxBodyBytesDefault = 16 << 20
 	EndWaitDefault      = 30 * time.Second
@@ -65,6 +69,15 @@ type Config struct {
 	// 429. A take with wait_ms 0 does not wait, and is never refused for
 	// it. Defaults to [MaxWaitingDefault].
 	MaxWaiting int
+	// MaxWaitingPerExecutor bounds the takes one executor (one token's, or
+	// one that names itself) has waiting at once, so that no executor
+	// holds every waiting place: more are refused with 429. Defaults to
+	// [MaxWaitingPerExecutorDefault].
+	MaxWaitingPerExecutor int
+	// MaxPools bounds the consumers the gateway runs: one per collection
+	// and set of executor groups. A take that would start one more is
+	// refused with 429, naming the bound. Defaults to [MaxPoolsDefault].
+	MaxPools int
 	// UntakenHold is how long a claimed run waits for a taker (its take
 	// gave up meanwhile) before it is released for others. Defaults to
 	// [UntakenHoldDefault].
@@ -104,6 +117,8 @@ func (c *Config) withDefaults() *Config {
 	out.MaxTake = cmp.Or(out.MaxTake, MaxTakeDefault)
 	out.MaxWait = cmp.Or(out.MaxWait, MaxWaitDefault)
 	out.MaxWaiting = cmp.Or(out.MaxWaiting, MaxWaitingDefault)
+	out.MaxWaitingPerExecutor = cmp.Or(out.MaxWaitingPerExecutor, MaxWaitingPerExecutorDefault)
+	out.MaxPools = cmp.Or(out.MaxPools, MaxPoolsDefault)
 	out.UntakenHold = cmp.Or(out.UntakenHold, UntakenHoldDefault)
 	out.EndWait = cmp.Or(out.EndWait, EndWaitDefault)
 	out.MaxBodyBytes = cmp.Or(out.MaxBodyBytes, MaxBodyBytesDefault)
@@ -126,7 +141,7 @@ func (c *Config) validate() error {
 	if err := mscheduler.ValidateWorkerID(c.WorkerID); err != nil {
 		return fmt.Errorf("gateway: invalid WorkerID: %w", err)
 	}
-	for name, v := range map[string]int{"Capacity": c.Capacity, "MaxTake": c.MaxTake, "MaxWaiting": c.MaxWaiting} {
+	for name, v := range map[string]int{"Capacity": c.Capacity, "MaxTake": c.MaxTake, "MaxWaiting": c.MaxWaiting, "MaxWaitingPerExecutor": c.MaxWaitingPerExecutor, "MaxPools": c.MaxPools} {
 		if v < 0 {
 			return fmt.Errorf("gateway: invalid %s: must not be negative, got %d", name, v)
 		}
@@ -166,6 +181,7 @@ type Gateway struct {
 	runs      map[string]*parked               // by run id: every run a handler holds
 	sessions  map[string]*sessions             // by executor id
 	waiting   int                              // takes waiting, all pools
+	waitingOf map[string]int                   // takes waiting, by executor id
 	ends      map[string]chan mscheduler.Event // by run id: end requests waiting for their run's end
 	stopped   bool
 	stopCh    chan struct{} // closed by Stop: parked runs are released
@@ -184,7 +200,7 @@ func New(db *mongo.Database, cfg *Config) (*Gateway, error) {
 		db: db, cfg: cfg, mux: http.NewServeMux(),
 		pools: map[string]*poolEntry{}, producers: map[string]*mscheduler.Producer[bson.RawValue]{},
 		runs: map[string]*parked{}, sessions: map[string]*sessions{}, stopCh: make(chan struct{}),
-		executors: map[string]*executorSeen{}, beatsDone: make(chan struct{}),
+		executors: map[string]*executorSeen{}, beatsDone: make(chan struct{}), waitingOf: map[string]int{},
 	}
 	for _, r := range Routes {
 		g.mux.HandleFunc(r.Method+" "+r.Pattern, g.route(r))
@@ -260,20 +276,36 @@ type caller struct {
 func (g *Gateway) authenticate(r *http.Request) (caller, *apiError) {
 	if len(g.cfg.Tokens) == 0 {
 		if !webguard.FromLoopback(r.RemoteAddr) {
-			return caller{}, &apiError{http.StatusForbidden, "token", "a gateway without tokens serves this machine only: set Config.Tokens (the command's --tokens)"}
+			return caller{}, &apiError{http.StatusForbidden, "token", "a gateway without tokens serves this machine only: set Config.Tokens (the command's --tokens)", nil}
 		}
 		return caller{named: true}, nil
 	}
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return caller{}, &apiError{http.StatusUnauthorized, "token", "send Authorization: Bearer <token>"}
+		return caller{}, &apiError{http.StatusUnauthorized, "token", "send Authorization: Bearer <token>", nil}
 	}
+	// Every token is compared, whichever matches: how long the search took
+	// tells nothing of where the match was.
+	var found *Executor
 	for t, ex := range g.cfg.Tokens {
 		if webguard.TokenEqual(token, t) {
-			return caller{executor: ex}, nil
+			found = &ex
 		}
 	}
-	return caller{}, &apiError{http.StatusUnauthorized, "token", "the token is not one of this gateway's"}
+	if found != nil {
+		return caller{executor: *found}, nil
+	}
+	return caller{}, &apiError{http.StatusUnauthorized, "token", "the token is not one of this gateway's", nil}
+}
+
+// scope is the groups whose tasks the caller sees and acts on: with
+// tokens, its executor's groups and "" (the tasks of no group), as its
+// takes claim; without tokens, every group (nil).
+func (c caller) scope() []string {
+	if c.named {
+		return nil
+	}
+	return append(slices.Clone(c.executor.Groups), "")
 }
 
 // executorOf settles the executor of a request body's claims: the token's,
@@ -281,20 +313,20 @@ func (g *Gateway) authenticate(r *http.Request) (caller, *apiError) {
 func (c caller) executorOf(id string, groups []string) (Executor, *apiError) {
 	if c.named {
 		if err := mscheduler.ValidateWorkerID(id); err != nil {
-			return Executor{}, &apiError{http.StatusBadRequest, "executor", reasonOf(err)}
+			return Executor{}, &apiError{http.StatusBadRequest, "executor", reasonOf(err), nil}
 		}
 		for i, g := range groups {
 			if err := mscheduler.ValidateWorkerID(g); err != nil { // a group names the pool's worker id
-				return Executor{}, &apiError{http.StatusBadRequest, fmt.Sprintf("groups[%d]", i), reasonOf(err)}
+				return Executor{}, &apiError{http.StatusBadRequest, fmt.Sprintf("groups[%d]", i), reasonOf(err), nil}
 			}
 		}
 		return Executor{ID: id, Groups: groups}, nil
 	}
 	if id != "" && id != c.executor.ID {
-		return Executor{}, &apiError{http.StatusForbidden, "executor", fmt.Sprintf("the token speaks for executor %q, not %q", c.executor.ID, id)}
+		return Executor{}, &apiError{http.StatusForbidden, "executor", fmt.Sprintf("the token speaks for executor %q, not %q", c.executor.ID, id), nil}
 	}
 	if groups != nil && !slices.Equal(sortedCopy(groups), sortedCopy(c.executor.Groups)) {
-		return Executor{}, &apiError{http.StatusForbidden, "groups", "the token's groups are set by the gateway; leave groups out"}
+		return Executor{}, &apiError{http.StatusForbidden, "groups", "the token's groups are set by the gateway; leave groups out", nil}
 	}
 	return c.executor, nil
 }
@@ -324,20 +356,20 @@ func (g *Gateway) producer(ctx context.Context, coll string) (*mscheduler.Produc
 		return p, nil
 	}
 	if !slices.Contains(g.cfg.Collections, coll) {
-		return nil, &apiError{http.StatusNotFound, "collection", fmt.Sprintf("collection %q is not one this gateway serves", coll)}
+		return nil, &apiError{http.StatusNotFound, "collection", fmt.Sprintf("collection %q is not one this gateway serves", coll), nil}
 	}
 	if err := mscheduler.CheckTaskCollection(ctx, g.db.Collection(coll)); err != nil {
 		return nil, serverError(err)
 	}
 	names, err := g.db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: coll}})
 	if err != nil && ctx.Err() != nil {
-		return nil, &apiError{http.StatusServiceUnavailable, "", "the request ended before the gateway answered: it is stopping, or the client went away"}
+		return nil, &apiError{http.StatusServiceUnavailable, "", "the request ended before the gateway answered: it is stopping, or the client went away", nil}
 	}
 	if err != nil {
 		return nil, serverError(err)
 	}
 	if len(names) == 0 {
-		return nil, &apiError{http.StatusNotFound, "collection", fmt.Sprintf("collection %q does not exist: create it with mscheduler -c %s migrate --create", coll, coll)}
+		return nil, &apiError{http.StatusNotFound, "collection", fmt.Sprintf("collection %q does not exist: create it with mscheduler -c %s migrate --create", coll, coll), nil}
 	}
 	np, err := mscheduler.NewProducer[bson.RawValue](g.db.Collection(coll), nil)
 	if err != nil {

@@ -486,13 +486,7 @@ func TestTooManyWaitingTakes(t *testing.T) {
 		code, _ := f.call("POST", "/take", "", map[string]any{"executor": "e1", "wait_ms": 60000})
 		waited <- code
 	}()
-	deadline := time.Now().Add(mschedulertest.WaitTimeout)
-	for gateway.Waiting(f.gw) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the first take never waited")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	untilWaiting(t, f.gw, 1)
 	if code, out := f.call("POST", "/take", "", map[string]any{"executor": "e2", "wait_ms": 1000}); code != 429 {
 		t.Fatalf("a take that would wait beside a waiting one: %d %v, want 429", code, out)
 	}

@@ -183,7 +183,7 @@ func (r *parked) gone() *apiError {
 	if r.ended != nil {
 		msg = "the run ended: " + r.ended.Error()
 	}
-	return &apiError{409, "run_id", msg}
+	return &apiError{409, "run_id", msg, nil}
 }
 
 // renew extends the executor's hold on the run by its lease.

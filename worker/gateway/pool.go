@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -80,9 +81,13 @@ func (g *Gateway) poolOf(ctx context.Context, coll string, groups []string) (*po
 	g.mu.Lock()
 	if g.stopped {
 		g.mu.Unlock()
-		return nil, &apiError{503, "gateway", "the gateway is stopping"}
+		return nil, &apiError{503, "gateway", "the gateway is stopping", nil}
 	}
 	e, started := g.pools[key]
+	if !started && len(g.pools) >= g.cfg.MaxPools {
+		g.mu.Unlock()
+		return nil, &apiError{http.StatusTooManyRequests, "groups", fmt.Sprintf("the gateway runs %d consumers already, one per collection and set of groups (MaxPools): take with a set of groups already served", g.cfg.MaxPools), nil}
+	}
 	if !started {
 		e = &poolEntry{done: make(chan struct{})}
 		g.pools[key] = e
@@ -109,7 +114,7 @@ func (g *Gateway) poolOf(ctx context.Context, coll string, groups []string) (*po
 	case <-e.done:
 		return e.p, e.err
 	case <-ctx.Done():
-		return nil, &apiError{503, "", "the request ended while the gateway started serving its collection"}
+		return nil, &apiError{503, "", "the request ended while the gateway started serving its collection", nil}
 	}
 }
 
@@ -131,7 +136,7 @@ func (g *Gateway) startPool(ctx context.Context, coll string, groups []string) (
 	}
 	c, err := mscheduler.NewConsumer(g.db.Collection(coll), p.handle, &cfg)
 	if err != nil {
-		return nil, &apiError{500, "gateway", err.Error()}
+		return nil, &apiError{500, "gateway", err.Error(), nil}
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartTimeout)
 	defer cancel()
@@ -358,9 +363,9 @@ func (g *Gateway) run(coll, runID, executor string) (*parked, *apiError) {
 	g.mu.Unlock()
 	switch {
 	case r == nil || r.pool.coll != coll:
-		return nil, &apiError{409, "run_id", fmt.Sprintf("run %q is not held here: it ended, its lease was lost, or it never was", runID)}
+		return nil, &apiError{409, "run_id", fmt.Sprintf("run %q is not held here: it ended, its lease was lost, or it never was", runID), nil}
 	case r.executorID() != executor:
-		return nil, &apiError{403, "run_id", fmt.Sprintf("run %q is not executor %q's", runID, executor)}
+		return nil, &apiError{403, "run_id", fmt.Sprintf("run %q is not executor %q's", runID, executor), nil}
 	}
 	return r, nil
 }
@@ -382,7 +387,7 @@ func (g *Gateway) returning(p *pool, ex Executor, session string, n int) ([]*par
 	}
 	switch {
 	case s.over[session]:
-		return nil, &apiError{409, "session", fmt.Sprintf("executor %q took with a newer session since: one executor id (one token) is for one process at a time", ex.ID)}
+		return nil, &apiError{409, "session", fmt.Sprintf("executor %q took with a newer session since: one executor id (one token) is for one process at a time", ex.ID), nil}
 	case s.current != session:
 		if s.current != "" {
 			s.over[s.current] = true

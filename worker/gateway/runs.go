@@ -57,12 +57,12 @@ func (g *Gateway) takeRuns(w http.ResponseWriter, r *http.Request, c caller) err
 		n = 1
 	}
 	if n < 1 || n > g.cfg.MaxTake {
-		return &apiError{http.StatusBadRequest, "max", fmt.Sprintf("must be from 1 to %d (MaxTake), got %d", g.cfg.MaxTake, in.Max)}
+		return &apiError{http.StatusBadRequest, "max", fmt.Sprintf("must be from 1 to %d (MaxTake), got %d", g.cfg.MaxTake, in.Max), nil}
+	}
+	if in.WaitMS < 0 || in.WaitMS > millis(g.cfg.MaxWait) { // compared before it is a Duration, which could wrap
+		return &apiError{http.StatusBadRequest, "wait_ms", fmt.Sprintf("must be from 0 to %d (MaxWait), got %d", millis(g.cfg.MaxWait), in.WaitMS), nil}
 	}
 	wait := ms(in.WaitMS)
-	if wait < 0 || wait > g.cfg.MaxWait {
-		return &apiError{http.StatusBadRequest, "wait_ms", fmt.Sprintf("must be from 0 to %d (MaxWait), got %d", millis(g.cfg.MaxWait), in.WaitMS)}
-	}
 	p, aerr := g.poolOf(r.Context(), r.PathValue("collection"), ex.Groups)
 	if aerr != nil {
 		return aerr
@@ -77,12 +77,14 @@ func (g *Gateway) takeRuns(w http.ResponseWriter, r *http.Request, c caller) err
 		// polling with wait_ms 0 would otherwise take the places of those
 		// that wait, and be refused when they are all held.
 		waits := wait > 0
-		if waits && !g.enterWait() {
-			return &apiError{http.StatusTooManyRequests, "", fmt.Sprintf("%d takes wait already (MaxWaiting): take again later", g.cfg.MaxWaiting)}
+		if waits {
+			if aerr := g.enterWait(ex.ID); aerr != nil {
+				return aerr
+			}
 		}
 		runs = p.take(r.Context(), ex, in.Session, n, wait)
 		if waits {
-			g.leaveWait()
+			g.leaveWait(ex.ID)
 		}
 	}
 	if ctx := r.Context(); ctx.Err() != nil && !errors.Is(context.Cause(ctx), errShutdown) { // the taker went away: its runs go back, unrun
@@ -99,20 +101,29 @@ func (g *Gateway) takeRuns(w http.ResponseWriter, r *http.Request, c caller) err
 	return nil
 }
 
-func (g *Gateway) enterWait() bool {
+// enterWait takes a waiting place for an executor's take, or says why
+// there is none: every place is held, or the executor holds its share.
+func (g *Gateway) enterWait(executor string) *apiError {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.waiting >= g.cfg.MaxWaiting {
-		return false
+	switch {
+	case g.waitingOf[executor] >= g.cfg.MaxWaitingPerExecutor:
+		return &apiError{http.StatusTooManyRequests, "", fmt.Sprintf("executor %q has %d takes waiting already (MaxWaitingPerExecutor): take again when one answers", executor, g.cfg.MaxWaitingPerExecutor), nil}
+	case g.waiting >= g.cfg.MaxWaiting:
+		return &apiError{http.StatusTooManyRequests, "", fmt.Sprintf("%d takes wait already (MaxWaiting): take again later", g.cfg.MaxWaiting), nil}
 	}
 	g.waiting++
-	return true
+	g.waitingOf[executor]++
+	return nil
 }
 
-func (g *Gateway) leaveWait() {
+func (g *Gateway) leaveWait(executor string) {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.waiting--
-	g.mu.Unlock()
+	if g.waitingOf[executor]--; g.waitingOf[executor] == 0 {
+		delete(g.waitingOf, executor)
+	}
 }
 
 // renewIn renews runs of one executor.
@@ -137,7 +148,7 @@ func (g *Gateway) renewRuns(w http.ResponseWriter, r *http.Request, c caller) er
 		return aerr
 	}
 	if len(in.RunIDs) == 0 {
-		return &apiError{http.StatusBadRequest, "run_ids", "name at least one run"}
+		return &apiError{http.StatusBadRequest, "run_ids", "name at least one run", nil}
 	}
 	coll := r.PathValue("collection")
 	var held []*parked
@@ -206,7 +217,7 @@ func (g *Gateway) endRun(w http.ResponseWriter, r *http.Request, c caller, how s
 		return aerr
 	}
 	if in.RunID == "" {
-		return &apiError{http.StatusBadRequest, "run_id", "is required"}
+		return &apiError{http.StatusBadRequest, "run_id", "is required", nil}
 	}
 	o, aerr := outcomeOf(how, &in)
 	if aerr != nil {
@@ -217,7 +228,7 @@ func (g *Gateway) endRun(w http.ResponseWriter, r *http.Request, c caller, how s
 		return aerr
 	}
 	if in.Attempt != 0 && in.Attempt != run.attempt {
-		return &apiError{http.StatusConflict, "attempt", fmt.Sprintf("attempt %d of run %q is over: the run was retried, and is at attempt %d", in.Attempt, in.RunID, run.attempt)}
+		return &apiError{http.StatusConflict, "attempt", fmt.Sprintf("attempt %d of run %q is over: the run was retried, and is at attempt %d", in.Attempt, in.RunID, run.attempt), nil}
 	}
 	if aerr := run.pool.refuseOversized(o.result); aerr != nil {
 		return aerr
@@ -238,25 +249,25 @@ func outcomeOf(how string, in *endIn) (runResult, *apiError) {
 	switch how {
 	case "complete":
 		if in.Error != "" {
-			return runResult{}, &apiError{http.StatusBadRequest, "error", "complete takes a result, not an error"}
+			return runResult{}, &apiError{http.StatusBadRequest, "error", "complete takes a result, not an error", nil}
 		}
 		if in.Retry != nil {
-			return runResult{}, &apiError{http.StatusBadRequest, "retry", "complete takes a result, not retry"}
+			return runResult{}, &apiError{http.StatusBadRequest, "retry", "complete takes a result, not retry", nil}
 		}
 		if len(in.Result) == 0 {
 			return runResult{result: bson.RawValue{Type: bson.TypeNull}}, nil
 		}
 		v, err := fromJSON(in.Result)
 		if err != nil {
-			return runResult{}, &apiError{http.StatusBadRequest, "result", err.Error()}
+			return runResult{}, &apiError{http.StatusBadRequest, "result", err.Error(), nil}
 		}
 		return runResult{result: v}, nil
 	case "fail":
 		if len(in.Result) > 0 {
-			return runResult{}, &apiError{http.StatusBadRequest, "result", "fail takes an error, not a result"}
+			return runResult{}, &apiError{http.StatusBadRequest, "result", "fail takes an error, not a result", nil}
 		}
 		if in.Error == "" {
-			return runResult{}, &apiError{http.StatusBadRequest, "error", "say why the run failed"}
+			return runResult{}, &apiError{http.StatusBadRequest, "error", "say why the run failed", nil}
 		}
 		err := errors.New(in.Error)
 		if in.Retry != nil && !*in.Retry {
@@ -266,7 +277,7 @@ func outcomeOf(how string, in *endIn) (runResult, *apiError) {
 	default:
 		for field, given := range map[string]bool{"result": len(in.Result) > 0, "error": in.Error != "", "retry": in.Retry != nil} {
 			if given {
-				return runResult{}, &apiError{http.StatusBadRequest, field, "release takes only run_id (and executor)"}
+				return runResult{}, &apiError{http.StatusBadRequest, field, "release takes only run_id (and executor)", nil}
 			}
 		}
 		return runResult{err: fmt.Errorf("released by its executor: %w", mscheduler.ErrRelease)}, nil
@@ -282,7 +293,7 @@ func (p *pool) refuseOversized(result bson.RawValue) *apiError {
 	if len(result.Value) <= limit {
 		return nil
 	}
-	return &apiError{http.StatusBadRequest, "result", fmt.Sprintf("is %d bytes as BSON, over the consumer's MaxResultBytes (%d): the run is still yours, complete it with a smaller result or fail it", len(result.Value), limit)}
+	return &apiError{http.StatusBadRequest, "result", fmt.Sprintf("is %d bytes as BSON, over the consumer's MaxResultBytes (%d): the run is still yours, complete it with a smaller result or fail it", len(result.Value), limit), nil}
 }
 
 // awaitEnd registers for the event that ends or retries a run.
@@ -351,7 +362,7 @@ func (g *Gateway) answerEnd(w http.ResponseWriter, ctx context.Context, runID st
 			writeJSON(w, http.StatusOK, map[string]string{"run_id": runID, "outcome": outcome})
 			return nil
 		}
-		return &apiError{http.StatusConflict, "run_id", fmt.Sprintf("the run's end was not recorded (%s): %v", e.Kind, e.Err)}
+		return &apiError{http.StatusConflict, "run_id", fmt.Sprintf("the run's end was not recorded (%s): %v", e.Kind, e.Err), nil}
 	case <-timer.C:
 	case <-ctx.Done():
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,6 +47,14 @@ type publishIn struct {
 }
 
 func (t *taskIn) task(field string) (mscheduler.Task[bson.RawValue], *apiError) {
+	for _, d := range []struct {
+		name string
+		ms   int64
+	}{{"ping_interval_ms", t.PingIntervalMS}, {"worker_timeout_ms", t.WorkerTimeoutMS}, {"retry_delay_ms", t.RetryDelayMS}, {"timeout_ms", t.TimeoutMS}} {
+		if d.ms < 0 || d.ms > MaxDurationMS {
+			return mscheduler.Task[bson.RawValue]{}, &apiError{http.StatusBadRequest, field + d.name, fmt.Sprintf("must be from 0 to %d (a year), got %d", MaxDurationMS, d.ms), nil}
+		}
+	}
 	out := mscheduler.Task[bson.RawValue]{
 		Key: t.Key, Priority: t.Priority, Concurrency: t.Concurrency, Group: t.Group, WorkerIDs: t.WorkerIDs,
 		PingInterval: ms(t.PingIntervalMS), WorkerTimeout: ms(t.WorkerTimeoutMS), MaxRetries: t.MaxRetries,
@@ -59,13 +68,20 @@ func (t *taskIn) task(field string) (mscheduler.Task[bson.RawValue], *apiError) 
 	if len(t.Params) > 0 {
 		v, err := fromJSON(t.Params)
 		if err != nil {
-			return out, &apiError{http.StatusBadRequest, field + "params", err.Error()}
+			return out, &apiError{http.StatusBadRequest, field + "params", err.Error(), nil}
 		}
 		out.Params = v
 	}
 	return out, nil
 }
 
+// MaxDurationMS bounds every duration of a request, in milliseconds: a
+// year. Counts of milliseconds beyond what a time.Duration holds wrapped
+// around (18446744073711 was stored as 1 ms), and no lease, retry delay
+// or deadline of a task needs more.
+const MaxDurationMS = 365 * 24 * 3600 * 1000
+
+// ms is a duration of a request, bounded before (see MaxDurationMS).
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 
 // fromJSON turns a JSON value into BSON, reading extended JSON ($date,
@@ -98,7 +114,7 @@ func toJSON(v bson.RawValue) json.RawMessage {
 	return wrapped.V
 }
 
-func (g *Gateway) publish(w http.ResponseWriter, r *http.Request, _ caller) error {
+func (g *Gateway) publish(w http.ResponseWriter, r *http.Request, c caller) error {
 	var in publishIn
 	if err := decode(r, &in); err != nil {
 		return err
@@ -109,7 +125,7 @@ func (g *Gateway) publish(w http.ResponseWriter, r *http.Request, _ caller) erro
 	}
 	many := in.Tasks != nil
 	if many && !reflect.ValueOf(in.taskIn).IsZero() {
-		return &apiError{http.StatusBadRequest, "tasks", "send one task or tasks, not both: with tasks, every option goes in each task"}
+		return &apiError{http.StatusBadRequest, "tasks", "send one task or tasks, not both: with tasks, every option goes in each task", nil}
 	}
 	ins := in.Tasks
 	if !many {
@@ -124,6 +140,9 @@ func (g *Gateway) publish(w http.ResponseWriter, r *http.Request, _ caller) erro
 		t, err := ins[i].task(prefix)
 		if err != nil {
 			return err
+		}
+		if !inScope(c.scope(), t.Group) {
+			return &apiError{http.StatusForbidden, prefix + "group", fmt.Sprintf("the token's groups do not include %q: publish tasks of its groups, or of none", t.Group), nil}
 		}
 		tasks[i] = t
 	}
@@ -254,14 +273,17 @@ func newTaskOut(ti *mscheduler.TaskInfo[bson.RawValue]) taskOut {
 	return out
 }
 
-func (g *Gateway) get(w http.ResponseWriter, r *http.Request, _ caller) error {
+func (g *Gateway) get(w http.ResponseWriter, r *http.Request, c caller) error {
 	prod, aerr := g.producer(r.Context(), r.PathValue("collection"))
 	if aerr != nil {
 		return aerr
 	}
 	ti, err := prod.Get(r.Context(), r.PathValue("key"))
+	if err == nil && !inScope(c.scope(), ti.Task.Group) {
+		err = mscheduler.ErrNotFound // another group's: not there, for this token
+	}
 	if errors.Is(err, mscheduler.ErrNotFound) {
-		return &apiError{http.StatusNotFound, "key", fmt.Sprintf("no task has the key %q", r.PathValue("key"))}
+		return &apiError{http.StatusNotFound, "key", fmt.Sprintf("no task has the key %q", r.PathValue("key")), nil}
 	}
 	if err != nil {
 		return serverError(err)
@@ -279,24 +301,32 @@ var statuses = []mscheduler.Status{
 // listLimitMax bounds a list page.
 const listLimitMax = 1000
 
-func (g *Gateway) list(w http.ResponseWriter, r *http.Request, _ caller) error {
+func (g *Gateway) list(w http.ResponseWriter, r *http.Request, c caller) error {
 	prod, aerr := g.producer(r.Context(), r.PathValue("collection"))
 	if aerr != nil {
 		return aerr
 	}
 	q := r.URL.Query()
 	opts := mscheduler.ListOpts{Group: q.Get("group"), After: q.Get("after"), Tags: q["tag"]}
+	if scope := c.scope(); scope != nil {
+		switch {
+		case opts.Group == "":
+			opts.Groups = scope
+		case !inScope(scope, opts.Group):
+			return &apiError{http.StatusForbidden, "group", fmt.Sprintf("the token's groups do not include %q", opts.Group), nil}
+		}
+	}
 	for _, s := range q["status"] {
 		st := mscheduler.Status(s)
 		if !slices.Contains(statuses, st) {
-			return &apiError{http.StatusBadRequest, "status", fmt.Sprintf("%q is not a task status", s)}
+			return &apiError{http.StatusBadRequest, "status", fmt.Sprintf("%q is not a task status", s), nil}
 		}
 		opts.Statuses = append(opts.Statuses, st)
 	}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > listLimitMax {
-			return &apiError{http.StatusBadRequest, "limit", fmt.Sprintf("must be a whole number from 1 to %d, got %q", listLimitMax, l)}
+			return &apiError{http.StatusBadRequest, "limit", fmt.Sprintf("must be a whole number from 1 to %d, got %q", listLimitMax, l), nil}
 		}
 		opts.Limit = n
 	}
@@ -315,20 +345,51 @@ func (g *Gateway) list(w http.ResponseWriter, r *http.Request, _ caller) error {
 	return nil
 }
 
-func (g *Gateway) cancel(w http.ResponseWriter, r *http.Request, _ caller) error {
+func (g *Gateway) cancel(w http.ResponseWriter, r *http.Request, c caller) error {
 	prod, aerr := g.producer(r.Context(), r.PathValue("collection"))
 	if aerr != nil {
 		return aerr
 	}
-	err := prod.Cancel(r.Context(), r.PathValue("key"))
+	err := cancelInScope(r.Context(), prod, r.PathValue("key"), c.scope())
 	switch {
 	case errors.Is(err, mscheduler.ErrNotFound):
-		return &apiError{http.StatusNotFound, "key", fmt.Sprintf("no task has the key %q", r.PathValue("key"))}
+		return &apiError{http.StatusNotFound, "key", fmt.Sprintf("no task has the key %q", r.PathValue("key")), nil}
 	case errors.Is(err, mscheduler.ErrNotApplicable):
-		return &apiError{http.StatusConflict, "key", err.Error()}
+		return &apiError{http.StatusConflict, "key", err.Error(), nil}
 	case err != nil:
 		return serverError(err)
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"key": r.PathValue("key"), "status": "cancelled"})
 	return nil
+}
+
+// inScope says a task of group is seen by a caller of scope (see
+// caller.scope).
+func inScope(scope []string, group string) bool { return scope == nil || slices.Contains(scope, group) }
+
+// cancelInScope cancels a task of the scope: the cancel is fenced on the
+// task as read (its rev), so that a task moved to another group meanwhile
+// is not cancelled for a token that may not see it. A fence missed
+// because the task changed (claimed, ended) reads it again, up to three
+// times. Without a scope, it cancels as the library does.
+func cancelInScope(ctx context.Context, prod *mscheduler.Producer[bson.RawValue], key string, scope []string) error {
+	if scope == nil {
+		return prod.Cancel(ctx, key)
+	}
+	for try := 1; ; try++ {
+		ti, err := prod.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if !inScope(scope, ti.Task.Group) {
+			return mscheduler.ErrNotFound
+		}
+		err = prod.Cancel(ctx, key, mscheduler.IfUnchanged(ti.Rev, ti.UpdatedAt))
+		if !errors.Is(err, mscheduler.ErrNotApplicable) || try == 3 {
+			return err
+		}
+		if now, gerr := prod.Get(ctx, key); gerr != nil || now.Rev == ti.Rev && now.UpdatedAt.Equal(ti.UpdatedAt) {
+			return err // not applicable to the task as it is: no change to wait out
+		}
+	}
 }

@@ -6,6 +6,7 @@
 package webguard
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
 	"net"
 	"net/http"
@@ -77,7 +78,11 @@ func SetHeaders(h http.Header) {
 }
 
 // TokenEqual compares a presented token with a configured one in time
-// that does not depend on where they differ.
+// that depends neither on where they differ nor on their lengths: it
+// compares their SHA-256 digests, of one length whatever the tokens'
+// (a comparison of the tokens themselves ends at once when their lengths
+// differ, and so tells the configured token's length).
 func TokenEqual(presented, configured string) bool {
-	return subtle.ConstantTimeCompare([]byte(presented), []byte(configured)) == 1
+	p, c := sha256.Sum256([]byte(presented)), sha256.Sum256([]byte(configured))
+	return subtle.ConstantTimeCompare(p[:], c[:]) == 1
 }

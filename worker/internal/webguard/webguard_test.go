@@ -67,7 +67,8 @@ func TestSetHeadersRefuseFraming(t *testing.T) {
 }
 
 func TestTokenEqual(t *testing.T) {
-	if !TokenEqual("0123456789abcdef", "0123456789abcdef") || TokenEqual("0123456789abcdef", "0123456789abcdeF") || TokenEqual("", "x") {
+	if !TokenEqual("0123456789abcdef", "0123456789abcdef") || TokenEqual("0123456789abcdef", "0123456789abcdeF") || TokenEqual("", "x") ||
+		TokenEqual("0123456789abcdef0", "0123456789abcdef") || TokenEqual("0123456789abcde", "0123456789abcdef") {
 		t.Error("tokens compared wrong")
 	}
 }

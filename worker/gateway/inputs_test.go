@@ -1,0 +1,112 @@
+package gateway_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
+	"github.com/mscheduler/mscheduler/worker/gateway"
+)
+
+// TestOutOfRangeInputsAre400: every duration of a request is bounded, and
+// a value beyond it (one that wrapped around as a time.Duration, once) is
+// refused naming the field; params the server will not store are the
+// request's fault (400), not the server's (503), and so is a group name
+// no query can match. Nothing is stored.
+func TestOutOfRangeInputsAre400(t *testing.T) {
+	f := newFixture(t, nil)
+	const huge = 18446744073711
+	for _, c := range []struct {
+		path  string
+		body  map[string]any
+		field string
+	}{
+		{"/tasks", map[string]any{"key": "a", "worker_timeout_ms": huge}, "worker_timeout_ms"},
+		{"/tasks", map[string]any{"key": "a", "ping_interval_ms": huge - 1}, "ping_interval_ms"},
+		{"/tasks", map[string]any{"key": "a", "retry_delay_ms": 31536000001}, "retry_delay_ms"},
+		{"/tasks", map[string]any{"key": "a", "timeout_ms": -1}, "timeout_ms"},
+		{"/tasks", map[string]any{"tasks": []any{map[string]any{"key": "a"}, map[string]any{"key": "b", "worker_timeout_ms": huge}}}, "tasks[1].worker_timeout_ms"},
+		{"/take", map[string]any{"executor": "e", "wait_ms": huge - 1}, "wait_ms"},
+		{"/tasks", map[string]any{"key": "a", "group": "$all"}, "group"},
+		{"/tasks", map[string]any{"key": "a", "group": "a\x00b"}, "group"},
+	} {
+		code, out := f.call("POST", c.path, "", c.body)
+		if code != 400 || out["field"] != c.field {
+			t.Errorf("POST %s %v: %d %v, want 400 naming %s", c.path, c.body, code, out, c.field)
+		}
+	}
+	for _, params := range []any{map[string]any{"$where": "1"}, map[string]any{"a": map[string]any{"$inc": 1}}, map[string]any{"grid": []any{[]any{1, 2}, []any{3}}}} {
+		code, out := f.call("POST", "/tasks", "", map[string]any{"key": "p", "params": params})
+		if code != 400 {
+			t.Errorf("params %v: %d %v, want 400", params, code, out)
+		}
+		if msg, _ := out["error"].(string); strings.Contains(msg, "topology") {
+			t.Errorf("params %v: the answer shows the driver's detail: %q", params, msg)
+		}
+	}
+	if code, out := f.call("GET", "/tasks", "", nil); code != 200 || len(out["tasks"].([]any)) != 0 {
+		t.Errorf("tasks after refused publishes: %d %v, want none", code, out)
+	}
+}
+
+// TestOneExecutorCannotHoldEveryWaitingPlace: an executor has at most
+// MaxWaitingPerExecutor takes waiting; beyond them it is refused with 429
+// while another executor still gets a place.
+func TestOneExecutorCannotHoldEveryWaitingPlace(t *testing.T) {
+	f := newFixture(t, &gateway.Config{MaxWaiting: 4, MaxWaitingPerExecutor: 2})
+	waited := make(chan int, 3)
+	wait := func(executor string) {
+		go func() {
+			code, _ := f.call("POST", "/take", "", map[string]any{"executor": executor, "wait_ms": 60000})
+			waited <- code
+		}()
+	}
+	wait("e1")
+	wait("e1")
+	untilWaiting(t, f.gw, 2)
+	code, out := f.call("POST", "/take", "", map[string]any{"executor": "e1", "wait_ms": 1000})
+	if msg, _ := out["error"].(string); code != 429 || !strings.Contains(msg, "MaxWaitingPerExecutor") {
+		t.Errorf("a third waiting take of e1: %d %v, want 429 naming MaxWaitingPerExecutor", code, out)
+	}
+	wait("e2")
+	untilWaiting(t, f.gw, 3)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := f.gw.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if code := <-waited; code != 200 {
+			t.Errorf("a waiting take ended with %d on Stop, want 200", code)
+		}
+	}
+}
+
+// TestConsumersAreBounded: each collection and set of executor groups runs
+// a consumer; a take that would start one beyond MaxPools is refused with
+// 429 naming the groups, while the sets already served go on.
+func TestConsumersAreBounded(t *testing.T) {
+	f := newFixture(t, &gateway.Config{MaxPools: 2})
+	for _, c := range []struct {
+		groups []string
+		code   int
+	}{{[]string{"a"}, 200}, {[]string{"b"}, 200}, {[]string{"c"}, 429}, {[]string{"a"}, 200}} {
+		code, out := f.call("POST", "/take", "", map[string]any{"executor": "e", "groups": c.groups, "wait_ms": 0})
+		if code != c.code || (code == 429 && out["field"] != "groups") {
+			t.Errorf("take for groups %v: %d %v, want %d", c.groups, code, out, c.code)
+		}
+	}
+}
+
+// untilWaiting returns once n takes wait in gw; the gateway announces no
+// such event, so it looks every few milliseconds.
+func untilWaiting(t *testing.T, gw *gateway.Gateway, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(mschedulertest.WaitTimeout); gateway.Waiting(gw) != n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("takes waiting: %d, want %d", gateway.Waiting(gw), n)
+		}
+	}
+}
