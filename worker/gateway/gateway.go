@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -260,6 +261,18 @@ func (g *Gateway) Stop(ctx context.Context) error {
 		}
 		if e.p != nil {
 			errs = append(errs, e.p.consumer.Stop(ctx))
+		}
+	}
+	// Its executors hold nothing through it any more: they leave the
+	// registry, as a worker process does on a clean stop, rather than show
+	// their last running counts until they go stale.
+	g.mu.Lock()
+	ids := slices.Collect(maps.Keys(g.executors))
+	g.mu.Unlock()
+	for _, id := range ids {
+		if err := mscheduler.Deregister(ctx, g.db, id); err != nil {
+			errs = append(errs, err)
+			break
 		}
 	}
 	return errors.Join(errs...)

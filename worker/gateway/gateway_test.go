@@ -504,7 +504,8 @@ func TestTooManyWaitingTakes(t *testing.T) {
 }
 
 // TestExecutorsAreInTheRegistry: an executor that takes is announced in
-// the worker registry, with the runs it holds, as worker processes are.
+// the worker registry, with the runs it holds, as worker processes are,
+// and leaves it when the gateway stops.
 func TestExecutorsAreInTheRegistry(t *testing.T) {
 	f := newFixture(t, &gateway.Config{HeartbeatInterval: 50 * time.Millisecond})
 	f.publish(map[string]any{"key": "k"})
@@ -521,11 +522,33 @@ func TestExecutorsAreInTheRegistry(t *testing.T) {
 		for _, w := range ws {
 			if w.ID == "py-7" && w.Running == 1 && !w.Stale && slices.Contains(w.Collections, f.coll.Name()) && strings.Contains(w.Version, "gateway") &&
 				slices.Equal(w.RunIDs, []string{runs[0]["run_id"].(string)}) {
+				stopLeavesRegistry(t, f, "py-7")
 				return
 			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the executor is not in the registry holding its run: %+v", ws)
+		}
+	}
+}
+
+// stopLeavesRegistry stops the gateway and checks that the executor left
+// the registry, its runs released, rather than staying with its last
+// running count until it went stale.
+func stopLeavesRegistry(t *testing.T, f *fixture, executor string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := f.gw.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := mscheduler.ListWorkers(t.Context(), f.coll.Database())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ws {
+		if w.ID == executor {
+			t.Errorf("after Stop, the executor is still in the registry: %+v", w)
 		}
 	}
 }

@@ -120,7 +120,7 @@ func TestHistoryAndWorkersShowBadRecords(t *testing.T) {
 	out = runCommand(t, serverEnv(), "--db", db.Name(), "workers").wantOK(t).stdout
 	tableOut, problems = splitProblems(t, out)
 	_, rows, summary = table(t, tableOut)
-	if len(rows) != 2 || rows[0][0] != "node-a" || rows[0][3] != "42" || rows[1][0] != "node-b" || rows[1][3] != "0" || rows[1][2] != "box" ||
+	if len(rows) != 2 || rows[0][0] != "node-a" || rows[0][3] != "42" || rows[1][0] != "node-b" || rows[1][3] != "-" || rows[1][2] != "box" ||
 		!strings.HasPrefix(summary, "2 workers: 2 live") {
 		t.Errorf("workers lists %v (%q), want both, node-b without its pid:\n%s", rows, summary, out)
 	}

@@ -181,10 +181,21 @@ func TestHistoryStatsWorkersWait(t *testing.T) {
 	if err := mscheduler.Heartbeat(context.Background(), db, mscheduler.WorkerInfo{ID: id, Host: "h", PID: 42, HeartbeatMS: 10_000}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = mscheduler.Deregister(context.Background(), db, id) })
+	// An executor of the gateway: no process, no capacity of its own.
+	executor := "cmd-test-executor-" + f.coll.Name()
+	if err := mscheduler.Heartbeat(context.Background(), db, mscheduler.WorkerInfo{ID: executor, Host: "h", Running: 5, HeartbeatMS: 10_000}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = mscheduler.Deregister(context.Background(), db, id)
+		_ = mscheduler.Deregister(context.Background(), db, executor)
+	})
 	ws := f.run("workers").wantOK(t).stdout
 	if !strings.Contains(ws, id) || !strings.Contains(ws, "live") {
 		t.Errorf("workers:\n%s", ws)
+	}
+	if !regexp.MustCompile(regexp.QuoteMeta(executor) + `\s+live\s+h\s+-\s+\S*\s*5\s`).MatchString(ws) {
+		t.Errorf("workers shows the executor otherwise than with no PID (-) and 5 runs:\n%s", ws)
 	}
 	var list []map[string]any
 	if err := json.Unmarshal([]byte(f.run("workers", "--json").wantOK(t).stdout), &list); err != nil || len(list) == 0 {

@@ -48,7 +48,17 @@ func runWorkers(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 		} else {
 			live++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", cell(w.ID), state, cell(w.Host), w.PID, cell(w.Version), w.Running, w.Capacity,
+		// An executor of the gateway has no process of its own, and no
+		// capacity but what it takes: "-" and its runs alone, not PID 0
+		// and "5/0".
+		pid, running := "-", fmt.Sprint(w.Running)
+		if w.PID != 0 {
+			pid = fmt.Sprint(w.PID)
+		}
+		if w.Capacity != 0 {
+			running = fmt.Sprintf("%d/%d", w.Running, w.Capacity)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(w.ID), state, cell(w.Host), pid, cell(w.Version), running,
 			orText(strings.Join(w.Collections, ","), "-"), orText(strings.Join(w.Groups, ","), "-"), timeText(w.LastSeen), timeText(w.StartedAt))
 	}
 	if err := tw.Flush(); err != nil {
