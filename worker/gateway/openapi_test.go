@@ -797,10 +797,40 @@ func TestOpenAPIServed(t *testing.T) {
 	}
 }
 
-// TestContractGuardAnswers checks the answers given before any database
-// work against the document.
-func TestContractGuardAnswers(t *testing.T) {
+// TestContractAnswers exercises every documented answer of every route but
+// those no request can bring about in a test (see unexercised), and checks
+// each answer against the document: the guard's answers first, then a
+// run through a gateway on a real collection.
+func TestContractAnswers(t *testing.T) {
+	seen := map[string]bool{}
+	t.Run("guard", func(t *testing.T) { contractGuardAnswers(t, seen) })
+	t.Run("runs", func(t *testing.T) { contractRunAnswers(t, seen) })
+	var missing []string
+	for route, op := range loadOA(t).operations() {
+		for code := range oaObj(op, "responses") {
+			answer := route + " " + code
+			if !seen[answer] && unexercised[code] == "" {
+				missing = append(missing, answer)
+			}
+		}
+	}
+	slices.Sort(missing)
+	if len(missing) > 0 {
+		t.Errorf("documented answers no request of the test brought about:\n%s", strings.Join(missing, "\n"))
+	}
+}
+
+// unexercised are the documented answers no test request brings about,
+// and why.
+var unexercised = map[string]string{
+	"500": "an error of the gateway itself, which no request is meant to cause",
+	"503": "the MongoDB server unreachable or too slow, or the gateway stopping mid-request",
+}
+
+// contractGuardAnswers checks the answers given before any database work.
+func contractGuardAnswers(t *testing.T, seen map[string]bool) {
 	open := newOAClient(t, newOAGateway(t, &Config{MaxBodyBytes: 1 << 10}), "c")
+	open.seen = seen
 	for _, route := range oaRouteIDs() {
 		if route == opOpenAPI {
 			continue
@@ -810,6 +840,7 @@ func TestContractGuardAnswers(t *testing.T) {
 		open.expect(413, "body", route, "k", "", strings.Repeat(" ", 2<<10)+"{}", nil)
 	}
 	open.expect(421, "host", opOpenAPI, "", "", nil, func(r *http.Request) { r.Host = "rebind.example" })
+	open.expect(413, "body", opOpenAPI, "", "", strings.Repeat(" ", 2<<10), nil)
 	for _, route := range []string{opPublish, opTake, opRenew, opComplete, opFail, opRelease} {
 		open.expect(415, "Content-Type", route, "", "", "{}", func(r *http.Request) { r.Header.Set("Content-Type", "text/plain") })
 		open.expect(400, "body", route, "", "", "{", nil)
@@ -841,6 +872,7 @@ func TestContractGuardAnswers(t *testing.T) {
 
 	const token = "0123456789abcdef-token"
 	guarded := newOAClient(t, newOAGateway(t, &Config{Tokens: map[string]Executor{token: {ID: "ex", Groups: []string{"g"}}}}), "c")
+	guarded.seen = seen
 	bearer := func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+token) }
 	for _, route := range oaRouteIDs() {
 		if route == opOpenAPI {
@@ -856,9 +888,9 @@ func TestContractGuardAnswers(t *testing.T) {
 	guarded.expect(403, "executor", opComplete, "", "", map[string]any{"executor": "other", "run_id": "r"}, bearer)
 }
 
-// TestContractAnswers runs tasks through a gateway on a real collection and
+// contractRunAnswers runs tasks through a gateway on a real collection and
 // checks every answer against the document.
-func TestContractAnswers(t *testing.T) {
+func contractRunAnswers(t *testing.T, seen map[string]bool) {
 	coll := mschedulertest.Collection(t)
 	if err := mscheduler.EnsureIndexes(t.Context(), coll); err != nil {
 		t.Fatal(err)
@@ -868,6 +900,7 @@ func TestContractAnswers(t *testing.T) {
 	gw := newOAGateway(t, &Config{Consumer: mscheduler.ConsumerConfig{PollInterval: 50 * time.Millisecond, MaxResultBytes: 1 << 10}},
 		coll.Name(), coll.Name()+"_missing")
 	c := newOAClient(t, gw, coll.Name())
+	c.seen = seen
 
 	// Publish one, then many; refuse both at once.
 	c.expect(200, "", opPublish, "", "", map[string]any{"key": "a/1", "params": map[string]any{"n": 1}}, nil)
@@ -884,12 +917,14 @@ func TestContractAnswers(t *testing.T) {
 	c.expect(400, "", opPublish, "", "", map[string]any{"key": "e", "concurrency": -1}, nil)
 	c.expect(400, "", opPublish, "", "", map[string]any{"key": "f", "params": map[string]any{"$date": "not a date"}}, nil)
 	other := newOAClient(t, gw, coll.Name()+"_missing")
+	other.seen = seen
 	other.expect(404, "collection", opPublish, "", "", map[string]any{"key": "a"}, nil)
 	other.expect(404, "collection", opList, "", "", nil, nil)
 	other.expect(404, "collection", opGet, "a/1", "", nil, nil)
 	other.expect(404, "collection", opCancel, "a/1", "", nil, nil)
 	other.expect(404, "collection", opTake, "", "", map[string]any{"executor": "ex-1"}, nil)
 	meta := newOAClient(t, gw, coll.Name()+".meta")
+	meta.seen = seen
 	meta.expect(404, "collection", opGet, "a/1", "", nil, nil)
 
 	// Read and list.
@@ -963,4 +998,39 @@ func TestContractAnswers(t *testing.T) {
 	c.expect(409, "key", opCancel, "a/1", "", nil, nil)
 	c.expect(404, "key", opCancel, "nope", "", nil, nil)
 	t.Logf("answers checked: %q", slices.Sorted(maps.Keys(c.seen)))
+	contractLateAnswers(t, seen, coll.Name())
+}
+
+// contractLateAnswers brings about the answers of a gateway at its bounds:
+// an end written after EndWait (202, the outcome pending) and a take that
+// would start a consumer beyond MaxPools (429).
+func contractLateAnswers(t *testing.T, seen map[string]bool, coll string) {
+	gw := newOAGateway(t, &Config{WorkerID: "contract-late", EndWait: time.Nanosecond, MaxPools: 1,
+		Consumer: mscheduler.ConsumerConfig{PollInterval: 50 * time.Millisecond}}, coll)
+	c := newOAClient(t, gw, coll)
+	c.seen = seen
+	for _, route := range []string{opComplete, opFail, opRelease} {
+		key := "late-" + strings.TrimPrefix(route, "POST /v1/collections/{collection}/")
+		c.expect(200, "", opPublish, "", "", map[string]any{"key": key, "max_retries": -1}, nil)
+		var id any
+		for deadline := time.Now().Add(mschedulertest.WaitTimeout); id == nil; {
+			out := c.expect(200, "", opTake, "", "", map[string]any{"executor": "late", "wait_ms": 1000}, nil)
+			for _, r := range out["runs"].([]any) {
+				if oaObj(r)["key"] == key {
+					id = oaObj(r)["run_id"]
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no run of %s taken", key)
+			}
+		}
+		body := map[string]any{"executor": "late", "run_id": id}
+		if route == opFail {
+			body["error"], body["retry"] = "boom", false
+		}
+		if out := c.expect(202, "", route, "", "", body, nil); out["outcome"] != "pending" {
+			t.Errorf("%s past EndWait: %v, want the outcome pending", route, out)
+		}
+	}
+	c.expect(429, "groups", opTake, "", "", map[string]any{"executor": "late", "groups": []string{"another"}}, nil)
 }
