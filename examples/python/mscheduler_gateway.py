@@ -62,7 +62,9 @@ class Run:
     """A run handed to this executor: renew it every ``renew_every_ms``, and
     end it (complete, fail or release) within ``lease_ms`` of the last
     renewal. ``attempt`` counts local retries, from 1; ``delivery`` counts
-    the times the run was handed out (more than 1 after a restart)."""
+    the times the run was handed out (more than 1 after a restart);
+    ``planned_at`` is the planned time of the occurrence, for a task with a
+    plan (an RFC 3339 text), else None."""
 
     run_id: str
     key: str
@@ -72,12 +74,14 @@ class Run:
     headers: Mapping[str, str] = field(default_factory=dict)
     lease_ms: int = 0
     renew_every_ms: int = 0
+    planned_at: Optional[str] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Run":
         return cls(run_id=d["run_id"], key=d["key"], attempt=d.get("attempt", 1), delivery=d.get("delivery", 1),
                    params=d.get("params"), headers=d.get("headers") or {},
-                   lease_ms=d.get("lease_ms", 0), renew_every_ms=d.get("renew_every_ms", 0))
+                   lease_ms=d.get("lease_ms", 0), renew_every_ms=d.get("renew_every_ms", 0),
+                   planned_at=d.get("planned_at"))
 
 
 def _is_loopback(url: str) -> bool:

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mscheduler/mscheduler/mscheduler"
 	"github.com/mscheduler/mscheduler/mscheduler/mschedulertest"
 	"github.com/mscheduler/mscheduler/worker/gateway"
 )
@@ -107,6 +108,44 @@ func untilWaiting(t *testing.T, gw *gateway.Gateway, n int) {
 	for deadline := time.Now().Add(mschedulertest.WaitTimeout); gateway.Waiting(gw) != n; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("takes waiting: %d, want %d", gateway.Waiting(gw), n)
+		}
+	}
+}
+
+// TestTakeCarriesThePlannedTime: a run of a task with a plan is handed to
+// its executor with the planned time of its occurrence, as a Go handler
+// sees it (Run.PlannedAt); a run of a task without a plan has none.
+func TestTakeCarriesThePlannedTime(t *testing.T) {
+	f := newFixture(t, nil)
+	p, err := mscheduler.NewProducer[int](f.coll, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := mscheduler.Every(1, mscheduler.Hour)
+	plan.Start = time.Now().Truncate(time.Second) // due now, within its grace
+	if _, err := p.Publish(t.Context(), mscheduler.Task[int]{Key: "planned", Plan: &plan}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.publish(map[string]any{"key": "plain", "priority": -1})
+	for _, want := range []struct {
+		key     string
+		planned bool
+	}{{"planned", true}, {"plain", false}} {
+		runs := f.take("e", "s", 1)
+		if len(runs) != 1 || runs[0]["key"] != want.key {
+			t.Fatalf("took %v, want a run of %s", runs, want.key)
+		}
+		at, has := runs[0]["planned_at"].(string)
+		switch {
+		case has != want.planned:
+			t.Errorf("run of %s: planned_at %v, want it only for a planned task", want.key, runs[0]["planned_at"])
+		case has:
+			if got, err := time.Parse(time.RFC3339Nano, at); err != nil || !got.Equal(plan.Start) {
+				t.Errorf("run of %s: planned_at %q (%v), want %s", want.key, at, err, plan.Start.UTC().Format(time.RFC3339))
+			}
+		}
+		if code, out := f.call("POST", "/complete", "", map[string]any{"executor": "e", "run_id": runs[0]["run_id"]}); code != 200 {
+			t.Fatalf("complete: %d %v", code, out)
 		}
 	}
 }

@@ -30,6 +30,7 @@ type parked struct {
 	headers    map[string]string
 	lease      time.Duration // the task's worker timeout: the executor's renewal bound
 	renewEvery time.Duration // the task's ping interval
+	planned    time.Time     // the occurrence's planned time, for a task with a plan; zero otherwise
 
 	takenCh chan struct{}  // closed when handed to an executor
 	stopCh  chan struct{}  // closed when the gateway stops
@@ -56,7 +57,7 @@ type runResult struct {
 func newParked(p *pool, task *mscheduler.Task[bson.RawValue]) *parked {
 	return &parked{
 		pool: p, key: task.Key, runID: task.Run.ID, attempt: task.Run.Attempt, maxRetries: task.MaxRetries,
-		params: task.Params, headers: task.Headers, lease: task.WorkerTimeout, renewEvery: task.PingInterval,
+		params: task.Params, headers: task.Headers, lease: task.WorkerTimeout, renewEvery: task.PingInterval, planned: task.Run.PlannedAt,
 		takenCh: make(chan struct{}), stopCh: p.g.stopCh, renewed: make(chan struct{}, 1), outcome: make(chan runResult, 1),
 	}
 }

@@ -33,14 +33,20 @@ type runOut struct {
 	Headers      map[string]string `json:"headers,omitempty"`
 	LeaseMS      int64             `json:"lease_ms"`
 	RenewEveryMS int64             `json:"renew_every_ms"`
+	PlannedAt    *time.Time        `json:"planned_at,omitempty"` // a planned occurrence's time
 }
 
 func newRunOut(r *parked) runOut {
 	r.mu.Lock()
 	delivery := r.deliveries
 	r.mu.Unlock()
-	return runOut{RunID: r.runID, Key: r.key, Attempt: r.attempt, Delivery: delivery, Params: toJSON(r.params),
+	out := runOut{RunID: r.runID, Key: r.key, Attempt: r.attempt, Delivery: delivery, Params: toJSON(r.params),
 		Headers: r.headers, LeaseMS: millis(r.lease), RenewEveryMS: millis(r.renewEvery)}
+	if !r.planned.IsZero() {
+		planned := r.planned.UTC()
+		out.PlannedAt = &planned
+	}
+	return out
 }
 
 func (g *Gateway) takeRuns(w http.ResponseWriter, r *http.Request, c caller) error {
