@@ -529,6 +529,13 @@ func (c *Consumer[P, R]) Holding() int { return c.eng.Holding() }
 // demand rises.
 func (c *Consumer[P, R]) Wake() { c.eng.Wake() }
 
+// ClaimNow makes the consumer look for claimable tasks now, as Wake does,
+// and returns once a look that began after the call has ended (its claims
+// made and their runs announced with EventClaimed), or ctx is done. With
+// ClaimDemand, it is for a caller that must know what is claimable now,
+// as the HTTP gateway's take that does not wait.
+func (c *Consumer[P, R]) ClaimNow(ctx context.Context) error { return c.eng.ClaimNow(ctx) }
+
 // Pressure is what a consumer knows of the server's load, from its own
 // commands: Limit, how many runs it may hold now (Capacity when the server
 // answers as fast as it did, less when it slowed down, 0 while a claim and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -51,6 +52,47 @@ func TestClaimDemandBoundsClaims(t *testing.T) {
 	ev.WaitCount(t, mscheduler.EventSucceeded, 3)
 	if n := countDocs(t, coll, bson.D{{Key: "status", Value: "pending"}}); n != 1 {
 		t.Fatalf("%d tasks left pending, want the one nobody asked for", n)
+	}
+}
+
+// TestClaimNowReturnsOnceTheDueAreClaimed: ClaimNow returns once the
+// tasks due, within the demand, are claimed and announced: the events are
+// there when it returns, with no wait for a poll (an hour here). A second
+// call with the demand met claims nothing more.
+func TestClaimNowReturnsOnceTheDueAreClaimed(t *testing.T) {
+	coll := mschedulertest.Collection(t)
+	p := newProducer[int](t, coll, nil)
+	var demand atomic.Int64
+	ev := mschedulertest.NewEvents()
+	cfg := fastConfig("w", ev)
+	cfg.Capacity, cfg.PollInterval, cfg.Discovery = 8, time.Hour, mscheduler.DiscoveryPoll
+	cfg.ClaimDemand = func() int { return int(demand.Load()) }
+	release := make(chan struct{})
+	defer close(release)
+	c := startConsumer(t, coll, func(ctx context.Context, _ *mscheduler.Task[int]) (int, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return 0, nil
+	}, cfg)
+	for _, k := range []string{"a", "b", "c"} {
+		if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: k}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	demand.Store(2)
+	if err := c.ClaimNow(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n := ev.Count(mscheduler.EventClaimed); n != 2 {
+		t.Fatalf("claimed %d when ClaimNow returned, want the 2 demanded", n)
+	}
+	if err := c.ClaimNow(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n := ev.Count(mscheduler.EventClaimed); n != 2 {
+		t.Fatalf("claimed %d after a second ClaimNow with the demand met, want 2", n)
 	}
 }
 

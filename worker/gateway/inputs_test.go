@@ -149,3 +149,25 @@ func TestTakeCarriesThePlannedTime(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeThatDoesNotWaitGetsWhatIsDue: a take with wait_ms 0 claims what
+// is due when it comes, up to its max, and returns those runs; once none
+// is due, it returns none at once.
+func TestTakeThatDoesNotWaitGetsWhatIsDue(t *testing.T) {
+	f := newFixture(t, nil)
+	f.publish(map[string]any{"key": "a"}, map[string]any{"key": "b"}, map[string]any{"key": "c"})
+	got := map[string]bool{}
+	for _, want := range []int{2, 1, 0} {
+		code, out := f.call("POST", "/take", "", map[string]any{"executor": "e", "max": 2, "wait_ms": 0})
+		runs, _ := out["runs"].([]any)
+		if code != 200 || len(runs) != want {
+			t.Fatalf("take of up to 2, not waiting, with %d due: %d %v, want %d runs", 3-len(got), code, out, want)
+		}
+		for _, r := range runs {
+			got[r.(map[string]any)["key"].(string)] = true
+		}
+	}
+	if len(got) != 3 {
+		t.Errorf("runs taken of %v, want a, b and c", got)
+	}
+}

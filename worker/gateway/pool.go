@@ -221,23 +221,37 @@ func (p *pool) untake(r *parked, err error, cancelled bool) {
 	p.consumer.Wake()
 }
 
-// take waits up to wait for at most n runs for ex, and hands them over.
+// take waits up to wait for at most n runs for ex, and hands them over. A
+// take that does not wait gets what is due now: the consumer claims for it
+// at once (ClaimNow), within UntakenHold, and it takes those runs.
 func (p *pool) take(ctx context.Context, ex Executor, session string, n int, wait time.Duration) []*parked {
 	p.mu.Lock()
 	p.waiting += n
 	p.mu.Unlock()
-	p.consumer.Wake()
 	var got []*parked
 	defer func() {
 		p.mu.Lock()
 		p.waiting -= n - len(got)
 		p.mu.Unlock()
 	}()
+	if wait == 0 {
+		cctx, cancel := context.WithTimeout(ctx, p.g.cfg.UntakenHold)
+		_ = p.consumer.ClaimNow(cctx) // past the bound, it takes what came
+		cancel()
+	} else {
+		p.consumer.Wake()
+	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for len(got) < n {
 		var r *parked
-		if len(got) == 0 {
+		if len(got) > 0 || wait == 0 {
+			// Runs parked or on their way: a claim's runs go out in one
+			// answer, and those ClaimNow claimed are on their way.
+			if r = p.another(ctx); r == nil {
+				return got
+			}
+		} else {
 			select {
 			case r = <-p.ready:
 			case <-timer.C:
@@ -247,8 +261,6 @@ func (p *pool) take(ctx context.Context, ex Executor, session string, n int, wai
 			case <-p.g.stopCh:
 				return got
 			}
-		} else if r = p.another(ctx); r == nil {
-			return got
 		}
 		if ctx.Err() != nil { // the taker went away as the run came: leave it for the next
 			select {

@@ -32,7 +32,9 @@ func (c *Engine) claimLoop(ctx context.Context) {
 		switch {
 		case !woken && !c.claimDue(st):
 		case clockErr != nil:
+			c.passes.begin()
 			c.claimLater(ctx, st, clockErr)
+			c.passes.end()
 		default:
 			c.claimAvailable(ctx, st)
 			c.settleQuiet(st, woken)
@@ -200,8 +202,10 @@ func (c *Engine) claimAvailable(ctx context.Context, st *claimState) {
 	st.stretch.need, st.stretch.to = c.limiter.Stretch()
 	c.confirmLostClaims(ctx, st)
 	if c.gathering(st, now) {
-		return
+		return // not a look: the look comes when the gathering ends
 	}
+	c.passes.begin()
+	defer c.passes.end()
 	// At least one claim per pass, so that sweeps never starve claims.
 	wonAny := false
 	st.spares.Missed, st.missedAsRead = false, false

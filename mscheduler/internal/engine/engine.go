@@ -56,6 +56,7 @@ type Engine struct {
 	upkeep  *upkeep.Worker // the quarantine, sweeps, the check and maintenance
 	peers   *peers.Registry
 	wakeCh  chan struct{} // buffered 1: something may have become claimable
+	passes  *claimPasses  // the claim loop's passes, for ClaimNow
 	// slotFreed, buffered 1: a run is over, its slot free (see
 	// slotFreedWake).
 	slotFreed chan struct{}
@@ -146,6 +147,7 @@ func New(coll *mongo.Collection, c *Config) *Engine {
 		log:        c.Logger.With("worker_id", c.WorkerID, "collection", coll.Name()),
 		slots:      semaphore.NewWeighted(int64(c.Capacity)),
 		wakeCh:     make(chan struct{}, 1),
+		passes:     newClaimPasses(),
 		slotFreed:  make(chan struct{}, 1),
 		reannounce: make(chan struct{}, 1),
 	}
