@@ -31,13 +31,7 @@ func TestClaimDemandBoundsClaims(t *testing.T) {
 	cfg := fastConfig("w", ev)
 	cfg.Capacity = 8
 	cfg.ClaimDemand = func() int { return int(demand.Load()) }
-	c := startConsumer(t, coll, func(ctx context.Context, _ *mscheduler.Task[int]) (int, error) {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return 0, nil
-	}, cfg)
+	c := startConsumer(t, coll, heldUntil(release), cfg)
 	ev.WaitCount(t, mscheduler.EventClaimed, 1)
 	// Polls go on at 50 ms, and the claim loop holds no more than 1: a
 	// claim beyond it would show as a fourth running task below.
@@ -69,13 +63,7 @@ func TestClaimNowReturnsOnceTheDueAreClaimed(t *testing.T) {
 	cfg.ClaimDemand = func() int { return int(demand.Load()) }
 	release := make(chan struct{})
 	defer close(release)
-	c := startConsumer(t, coll, func(ctx context.Context, _ *mscheduler.Task[int]) (int, error) {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return 0, nil
-	}, cfg)
+	c := startConsumer(t, coll, heldUntil(release), cfg)
 	for _, k := range []string{"a", "b", "c"} {
 		if _, err := p.Publish(ctxT(t), mscheduler.Task[int]{Key: k}, nil); err != nil {
 			t.Fatal(err)
@@ -93,6 +81,17 @@ func TestClaimNowReturnsOnceTheDueAreClaimed(t *testing.T) {
 	}
 	if n := ev.Count(mscheduler.EventClaimed); n != 2 {
 		t.Fatalf("claimed %d after a second ClaimNow with the demand met, want 2", n)
+	}
+}
+
+// heldUntil is a handler whose runs go on until release is closed.
+func heldUntil(release <-chan struct{}) mscheduler.Handler[int, int] {
+	return func(ctx context.Context, _ *mscheduler.Task[int]) (int, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return 0, nil
 	}
 }
 
