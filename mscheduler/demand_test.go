@@ -84,17 +84,6 @@ func TestClaimNowReturnsOnceTheDueAreClaimed(t *testing.T) {
 	}
 }
 
-// heldUntil is a handler whose runs go on until release is closed.
-func heldUntil(release <-chan struct{}) mscheduler.Handler[int, int] {
-	return func(ctx context.Context, _ *mscheduler.Task[int]) (int, error) {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return 0, nil
-	}
-}
-
 // TestHandlerReleasesItsRun: a handler returning ErrRelease gives the run
 // back: recorded released, not failed, not retried, and the task is
 // claimable again at once.
