@@ -245,8 +245,9 @@ func TestGatewaySoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw, err := gateway.New(coll.Database(), &gateway.Config{
-		WorkerID: gwWorkerID,
-		Logger:   slog.New(slog.NewJSONHandler(gwLog, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Collections: []string{coll.Name()},
+		WorkerID:    gwWorkerID,
+		Logger:      slog.New(slog.NewJSONHandler(gwLog, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Consumer: mscheduler.ConsumerConfig{
 			PollInterval:        100 * time.Millisecond,
 			SweepInterval:       *sweepFlag,
