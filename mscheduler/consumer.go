@@ -536,6 +536,13 @@ func (c *Consumer[P, R]) Wake() { c.eng.Wake() }
 // as the HTTP gateway's take that does not wait.
 func (c *Consumer[P, R]) ClaimNow(ctx context.Context) error { return c.eng.ClaimNow(ctx) }
 
+// LookEnded returns once the consumer is not looking for claimable tasks
+// (at once if it is not), or ctx is done: the claims of a look going on
+// are made and announced. With ClaimDemand, a caller that hands runs on
+// waits for it before it answers with fewer runs than were asked for, so
+// that the runs that look claims for it are not left to no one.
+func (c *Consumer[P, R]) LookEnded(ctx context.Context) error { return c.eng.LookEnded(ctx) }
+
 // Pressure is what a consumer knows of the server's load, from its own
 // commands: Limit, how many runs it may hold now (Capacity when the server
 // answers as fast as it did, less when it slowed down, 0 while a claim and

@@ -171,3 +171,23 @@ func TestTakeThatDoesNotWaitGetsWhatIsDue(t *testing.T) {
 		t.Errorf("runs taken of %v, want a, b and c", got)
 	}
 }
+
+// TestAWaitingTakeGetsTheRunsClaimedForIt: a take waiting for up to 8 runs
+// when 3 tasks come gets all 3 in its answer: the consumer claims them one
+// after another, and the take answers once that look has ended, rather
+// than with the first and leaving the others claimed for no one (they
+// were released unrun after UntakenHold).
+func TestAWaitingTakeGetsTheRunsClaimedForIt(t *testing.T) {
+	f := newFixture(t, nil)
+	taken := make(chan []any, 1)
+	go func() {
+		_, out := f.call("POST", "/take", "", map[string]any{"executor": "e", "max": 8, "wait_ms": 10000})
+		runs, _ := out["runs"].([]any)
+		taken <- runs
+	}()
+	untilWaiting(t, f.gw, 1)
+	f.publish(map[string]any{"key": "a"}, map[string]any{"key": "b"}, map[string]any{"key": "c"})
+	if runs := <-taken; len(runs) != 3 {
+		t.Errorf("a take of up to 8 answered with %d runs of the 3 that came, want 3: %v", len(runs), runs)
+	}
+}

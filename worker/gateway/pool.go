@@ -248,7 +248,16 @@ func (p *pool) take(ctx context.Context, ex Executor, session string, n int, wai
 		if len(got) > 0 || wait == 0 {
 			// Runs parked or on their way: a claim's runs go out in one
 			// answer, and those ClaimNow claimed are on their way.
-			if r = p.another(ctx); r == nil {
+			if r = p.another(ctx); r == nil && len(got) > 0 {
+				// The consumer may be claiming more for this take now,
+				// one claim after another: they go out in this answer,
+				// not to no one once it has gone.
+				lctx, cancel := context.WithTimeout(ctx, p.g.cfg.UntakenHold)
+				_ = p.consumer.LookEnded(lctx)
+				cancel()
+				r = p.another(ctx)
+			}
+			if r == nil {
 				return got
 			}
 		} else {

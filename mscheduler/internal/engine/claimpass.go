@@ -61,6 +61,31 @@ func (p *claimPasses) wait(ctx context.Context, n uint64) error {
 	}
 }
 
+// idle returns once no pass is going on, at once if none is, or when ctx
+// is done.
+func (p *claimPasses) idle(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		going, ended := p.inPass, p.ended
+		p.mu.Unlock()
+		if !going {
+			return nil
+		}
+		select {
+		case <-ended:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// LookEnded returns once the claim loop is not looking for claimable
+// tasks (at once if it is not), or ctx is done: the claims of the look
+// going on are made, and their runs announced. A pull front end whose
+// taker has some runs waits for it, so that runs claimed for the taker
+// in that look go out in its answer rather than to no one.
+func (c *Engine) LookEnded(ctx context.Context) error { return c.passes.idle(ctx) }
+
 // ClaimNow wakes the claim loop and returns once a pass that began after
 // the call has ended, or ctx is done: what was claimable when it was
 // called, within the demand (ClaimDemand) and the free slots, has been
