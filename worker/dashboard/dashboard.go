@@ -212,12 +212,24 @@ func (d *Dashboard) producer(ctx context.Context, name string) (*mscheduler.Prod
 		return nil, fmt.Errorf("%w: %q", errUnknownCollection, name)
 	}
 	d.mu.Lock()
+	p, ok := d.producers[name]
+	d.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	// Shown only if it is a task collection (it may be given by name, or
+	// have a .meta of its own): someone's collection is not listed as
+	// tasks, once per collection, read only.
+	if err := mscheduler.CheckTaskCollection(ctx, d.db.Collection(name)); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
 	defer d.mu.Unlock()
 	if p, ok := d.producers[name]; ok {
 		return p, nil
 	}
 	// Params are shown, not used: bson.RawValue takes whatever a task stores.
-	p, err := mscheduler.NewProducer[bson.RawValue](d.db.Collection(name), nil)
+	p, err = mscheduler.NewProducer[bson.RawValue](d.db.Collection(name), nil)
 	if err != nil {
 		return nil, err
 	}

@@ -73,6 +73,8 @@ func (d *Dashboard) serverError(w http.ResponseWriter, r *http.Request, err erro
 	switch {
 	case errors.Is(err, errUnknownCollection):
 		d.fail(w, r, http.StatusNotFound, err.Error())
+	case errors.Is(err, mscheduler.ErrNotTaskCollection):
+		d.fail(w, r, http.StatusNotFound, strings.TrimPrefix(err.Error(), "mscheduler: "))
 	case errors.Is(err, mscheduler.ErrNotFound):
 		d.fail(w, r, http.StatusNotFound, fmt.Sprintf("No task has the key %q.", r.URL.Query().Get("key")))
 	case errors.Is(err, mscheduler.ErrInvalid):
