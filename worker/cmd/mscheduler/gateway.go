@@ -15,8 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-
 	"github.com/mscheduler/mscheduler/mscheduler"
 	"github.com/mscheduler/mscheduler/worker"
 	"github.com/mscheduler/mscheduler/worker/devserver"
@@ -194,14 +192,14 @@ func servedCollections(list, collection string) ([]string, error) {
 func (c *cli) prepareServed(ctx context.Context, served []string, create bool) error {
 	db := c.client.Database(c.db)
 	for _, name := range served {
-		names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: name}})
+		exists, err := c.exists(ctx, name)
 		if err != nil {
-			return &opError{msg: fmt.Sprintf("gateway: reach the server: %v", err), err: err}
+			return err
 		}
 		switch {
-		case len(names) == 0 && !create:
+		case !exists && !create:
 			return &opError{msg: fmt.Sprintf("gateway: collection %q does not exist in database %q (check -c, --collections and --db; --create makes it)", name, c.db)}
-		case len(names) == 0:
+		case !exists:
 			err = mscheduler.EnsureIndexes(ctx, db.Collection(name))
 		default:
 			err = mscheduler.CheckTaskCollection(ctx, db.Collection(name))

@@ -255,14 +255,23 @@ func (c *cli) open(ctx context.Context) error {
 
 // mustExist refuses a collection that does not exist (see open).
 func (c *cli) mustExist(ctx context.Context) error {
-	names, err := c.client.Database(c.db).ListCollectionNames(ctx, bson.D{{Key: "name", Value: c.collection}})
+	exists, err := c.exists(ctx, c.collection)
 	if err != nil {
-		return &opError{msg: fmt.Sprintf("reach the server: %v", err), err: err}
+		return err
 	}
-	if len(names) == 0 {
+	if !exists {
 		return &opError{msg: fmt.Sprintf("collection %q does not exist in database %q (check -c and --db; publish --create or migrate --create makes a new one)", c.collection, c.db)}
 	}
 	return nil
+}
+
+// exists says whether the database holds a collection of that name.
+func (c *cli) exists(ctx context.Context, name string) (bool, error) {
+	names, err := c.client.Database(c.db).ListCollectionNames(ctx, bson.D{{Key: "name", Value: name}})
+	if err != nil {
+		return false, &opError{msg: fmt.Sprintf("reach the server: %v", err), err: err}
+	}
+	return len(names) > 0, nil
 }
 
 // connectDB makes the client, for commands that need no collection.
