@@ -26,6 +26,13 @@
 // of another site cannot act through a gateway on loopback; bodies are
 // bounded. A gateway serves only the task collections it is given
 // (Config.Collections): a request naming another is answered 404, and
-// none of it is read or written. The routes and their answers are described by the OpenAPI
+// none of it is read or written. A token sees and touches only the tasks
+// of its groups and of no group. Durations are at most MaxDurationMS;
+// waiting takes (MaxWaiting, MaxWaitingPerExecutor) and consumers
+// (MaxPools) are bounded, beyond which a take gets 429; tokens are
+// compared as SHA-256 digests, every one. A take with wait_ms 0 claims
+// what is due when it comes (Consumer.ClaimNow), and a take that has runs
+// answers once the consumer's look going on has ended (LookEnded), so that
+// the runs claimed for it go out together. The routes and their answers are described by the OpenAPI
 // document served at /openapi.json.
 package gateway
