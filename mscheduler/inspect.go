@@ -81,9 +81,10 @@ type HolderInfo struct {
 	Started         time.Time
 	LeaseUntil      time.Time // renewed by each ping
 	Attempt         int       // the local attempt, as of the last ping (0 before the first)
-	// Lease, when set, is the lease the run is renewed by in place of the
-	// task's shorter WorkerTimeout: its worker's server answered too
-	// slowly for that one (lease_ms on the holder).
+	// Lease, when set, is the lease the run was last claimed or renewed
+	// by in place of the task's shorter WorkerTimeout: its worker's server
+	// answered too slowly for that one (lease_ms on the holder). Each ping
+	// decides it afresh.
 	Lease time.Duration
 }
 
@@ -134,7 +135,7 @@ type RunInfo struct {
 	Outcome           Outcome
 	Started, Finished time.Time
 	LeaseUntil        time.Time
-	Lease             time.Duration // a lease longer than the task's WorkerTimeout, when the run held one (lease_ms)
+	Lease             time.Duration // the longest lease beyond the task's WorkerTimeout the run held, if it held one (lease_ms)
 	Planned           time.Time     // for a task with a plan
 	Attempts          int
 	Error             string

@@ -213,7 +213,7 @@ func (c *Engine) newRunEnd(r *lease.Run, attempts int) *runend.End {
 		Record: stored.RunRecord{
 			RunID: r.RunID, WorkerID: c.cfg.WorkerID, Started: r.Started,
 			LeaseUntil: r.Lease(), Finished: now, Attempts: attempts, Planned: doc.Planned(),
-			LeaseMS: r.LeaseFloor.Milliseconds(),
+			LeaseMS: r.LongestStretch().Milliseconds(),
 		},
 		Distinct:      doc.DistinctWorkers,
 		MaxFailedRuns: doc.MaxFailedRuns,
@@ -430,16 +430,16 @@ func firstPingNeeds(claimLatency time.Duration) time.Duration {
 // the pinger as it is.
 func (c *Engine) renewFirst(admitted []admittedRun) {
 	runs := make([]*lease.Run, len(admitted))
-	leases := make([]time.Time, len(admitted))
-	now := c.clock.Now()
+	lengths := make([]time.Duration, len(admitted))
 	for i, a := range admitted {
-		runs[i] = a.run
-		leases[i] = now.Add(max(a.run.WorkerTimeout, a.run.LeaseFloor))
+		// The claim's lease, however fast pings came back of late: this
+		// claim was answered slowly.
+		runs[i], lengths[i] = a.run, max(a.run.WorkerTimeout, a.run.LeaseFloor)
 	}
 	ctx, cancel := c.writeCtx()
 	defer cancel()
-	held, errs := c.pinger.RenewEach(ctx, runs, leases)
-	now = c.clock.Now()
+	held, errs := c.pinger.RenewEach(ctx, runs, c.clock.Now(), lengths)
+	now := c.clock.Now()
 	for i, r := range runs {
 		switch {
 		case held[i]:

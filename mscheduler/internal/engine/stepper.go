@@ -153,12 +153,12 @@ func (s *Stepper) Execute(ctx context.Context, r *lease.Run) error {
 // Ping renews the lease of run r, as the pinger does; it says whether the
 // run still held its slot.
 func (s *Stepper) Ping(ctx context.Context, r *lease.Run) (bool, error) {
-	until := s.e.clock.Now().Add(r.WorkerTimeout)
-	reply, err := s.e.pinger.Renew(ctx, r, until, 1, r.SoleHolder)
+	now := s.e.clock.Now()
+	reply, err := s.e.pinger.Renew(ctx, r, now, r.WorkerTimeout, 1)
 	if err != nil || reply == nil {
 		return false, err
 	}
-	r.SetLease(until)
+	r.SetLease(now.Add(r.WorkerTimeout))
 	r.SoleHolder = reply.Running == 1
 	return true, nil
 }
@@ -166,11 +166,11 @@ func (s *Stepper) Ping(ctx context.Context, r *lease.Run) (bool, error) {
 // PingTogether renews the leases of rs in one batch, as the pinger does
 // when several are due; it says, for each, whether it still held its slot.
 func (s *Stepper) PingTogether(ctx context.Context, rs []*lease.Run) ([]bool, error) {
-	leases := make([]time.Time, len(rs))
+	lengths := make([]time.Duration, len(rs))
 	for i, r := range rs {
-		leases[i] = s.e.clock.Now().Add(r.WorkerTimeout)
+		lengths[i] = r.WorkerTimeout
 	}
-	held, errs := s.e.pinger.RenewTogether(ctx, rs, leases)
+	held, errs := s.e.pinger.RenewTogether(ctx, rs, s.e.clock.Now(), lengths)
 	return held, errors.Join(errs...)
 }
 

@@ -29,15 +29,30 @@ import (
 // pingItem is one run's part of a ping.
 type pingItem struct {
 	run     *Run
-	lease   time.Time // the lease asked for
+	lease   time.Time     // the lease asked for
+	length  time.Duration // how long from the ping's sending it runs (see RenewLength)
 	attempt int
 	sole    bool // the run was its task's only holder at its last ping
 }
 
+// newPingItem is r's part of a ping sent at now that renews it by length.
+func newPingItem(r *Run, now time.Time, length time.Duration) pingItem {
+	return pingItem{run: r, lease: now.Add(length), length: length, attempt: int(r.Attempt.Load()), sole: r.SoleHolder}
+}
+
+// stretched is the item's lease length where it is longer than its task's
+// worker timeout, which its holder records; else 0.
+func (it pingItem) stretched() time.Duration {
+	if it.length > it.run.WorkerTimeout {
+		return it.length
+	}
+	return 0
+}
+
 // renewStatement is the fenced update that renews one run's lease (see
-// taskstate.Renew).
-func (p *Pinger) renewStatement(id bson.RawValue, runID string, lease time.Time, attempt int, sole bool) (filter, update bson.D) {
-	return taskstate.Renew(id, p.workerID, runID, lease, attempt, sole)
+// taskstate.Renew), in the form for the task's only holder or not.
+func (p *Pinger) renewStatement(it pingItem, sole bool) (filter, update bson.D) {
+	return taskstate.Renew(it.run.ID, p.workerID, it.run.RunID, it.lease, it.attempt, sole, it.stretched())
 }
 
 // pingProjection is what a ping reads back of its task.
@@ -62,7 +77,7 @@ func (p *Pinger) renewBatch(ctx, loop context.Context, items []pingItem, sent ti
 	models := make([]mongo.WriteModel, len(items))
 	keys := make(bson.A, 0, len(items))
 	for i, it := range items {
-		filter, update := p.renewStatement(it.run.ID, it.run.RunID, it.lease, it.attempt, it.sole)
+		filter, update := p.renewStatement(it, it.sole)
 		models[i] = mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update)
 		keys = append(keys, it.run.ID)
 	}
@@ -101,7 +116,8 @@ func (p *Pinger) renewBatch(ctx, loop context.Context, items []pingItem, sent ti
 		case runRenewed:
 			out[i].reply = decodePingReply(raw)
 		case runMissed:
-			out[i].reply, out[i].err = p.Renew(ctx, it.run, it.lease, it.attempt, !it.sole)
+			it.sole = !it.sole
+			out[i].reply, out[i].err = p.renew(ctx, it)
 		}
 	}
 	return out
@@ -136,29 +152,30 @@ func readBackOf(raw bson.Raw, workerID string, item pingItem, early bool) int {
 	return runMissed
 }
 
-// RenewTogether renews the leases of runs to leases in one batch, as the
+// RenewTogether renews the leases of runs by lengths from now (server
+// time) in one batch, as the
 // pinger's loop does when several are due: one update of a statement each,
 // then one read. It says, for each run, whether it still held its slot
 // (a run that did takes its lease), or the error that left it unknown: a
 // run found taken away has neither. For a caller that drives a worker a
 // step at a time (the engine's Stepper).
-func (p *Pinger) RenewTogether(ctx context.Context, runs []*Run, leases []time.Time) (held []bool, errs []error) {
+func (p *Pinger) RenewTogether(ctx context.Context, runs []*Run, now time.Time, lengths []time.Duration) (held []bool, errs []error) {
 	items := make([]pingItem, len(runs))
 	for i, r := range runs {
-		items[i] = pingItem{run: r, lease: leases[i], attempt: int(r.Attempt.Load()), sole: r.SoleHolder}
+		items[i] = newPingItem(r, now, lengths[i])
 	}
-	results := p.renewBatch(ctx, ctx, items, p.clock.Now(), func([]pingResult) {})
+	results := p.renewBatch(ctx, ctx, items, now, func([]pingResult) {})
 	held, errs = make([]bool, len(results)), make([]error, len(results))
 	for i, res := range results {
 		switch {
 		case res.err == nil && res.reply != nil:
 			held[i] = true
-			res.run.SetLease(res.lease)
+			res.run.renewedBy(res.lease, res.lease.Sub(res.sent))
 			res.run.SoleHolder = res.reply.Running == 1
 		case res.err != nil && res.early:
 			// The update matched every run; only the read after it failed.
 			held[i] = true
-			res.run.SetLease(res.lease)
+			res.run.renewedBy(res.lease, res.lease.Sub(res.sent))
 		case res.err != nil:
 			errs[i] = res.err
 		}
@@ -191,24 +208,26 @@ func failAll(out []pingResult, err error) []pingResult {
 	return out
 }
 
-// RenewEach renews each of runs to its lease with a ping of its own, all
+// RenewEach renews each of runs by its length from now (server time) with
+// a ping of its own, all
 // sent at once: one round trip, where a batch takes two (its update, then
 // its read), for runs whose lease is short already. It says, for each run,
 // whether it still held its slot (a run that did takes its lease), or the
 // error that left it unknown: a run found taken away has neither. For runs
 // the engine has not handed to the pinger yet.
-func (p *Pinger) RenewEach(ctx context.Context, runs []*Run, leases []time.Time) (held []bool, errs []error) {
+func (p *Pinger) RenewEach(ctx context.Context, runs []*Run, now time.Time, lengths []time.Duration) (held []bool, errs []error) {
 	held, errs = make([]bool, len(runs)), make([]error, len(runs))
 	var wg sync.WaitGroup
 	for i, r := range runs {
 		wg.Go(func() {
-			reply, err := p.Renew(ctx, r, leases[i], int(r.Attempt.Load()), r.SoleHolder)
+			it := newPingItem(r, now, lengths[i])
+			reply, err := p.renew(ctx, it)
 			switch {
 			case err != nil:
 				errs[i] = err
 			case reply != nil:
 				held[i] = true
-				r.SetLease(leases[i])
+				r.renewedBy(it.lease, it.length)
 				r.SoleHolder = reply.Running == 1
 			}
 		})

@@ -76,14 +76,17 @@ type Run struct {
 	SoleHolder    bool
 	PingInterval  time.Duration
 	WorkerTimeout time.Duration // the task's, as last read
-	// LeaseFloor is the least lease the run is renewed by, when its claim
-	// gave it a longer one than WorkerTimeout (its holder's lease_ms);
-	// an edit of the task's worker timeout does not undo it.
+	// LeaseFloor is the lease the run's claim gave it when longer than
+	// WorkerTimeout (its holder's lease_ms), which its pings renew it by
+	// until the worker has a ping's round trip to go by (see RenewLength).
 	LeaseFloor time.Duration
-	nextPing   time.Time // server time
-	pinging    bool      // a ping of the run is in flight
-	failures   int       // pings failed in a row
-	ignored    string    // ping settings last ignored, so each is logged once
+	// longestStretch is the longest stretched renewal (see renewedBy):
+	// written by the pinger loop, read by the run's goroutine for its end.
+	longestStretch atomic.Int64
+	nextPing       time.Time // server time
+	pinging        bool      // a ping of the run is in flight
+	failures       int       // pings failed in a row
+	ignored        string    // ping settings last ignored, so each is logged once
 }
 
 // Held is done once the run's lease is gone or the run has left the
@@ -95,8 +98,20 @@ func (r *Run) Held() context.Context {
 	return r.held
 }
 
-// leaseLength is the lease each ping renews the run by.
-func (r *Run) leaseLength() time.Duration { return max(r.WorkerTimeout, r.LeaseFloor) }
+// renewedBy takes in a renewal of the run's lease to lease, length after
+// the ping was sent.
+func (r *Run) renewedBy(lease time.Time, length time.Duration) {
+	r.SetLease(lease)
+	if length > r.WorkerTimeout && int64(length) > r.longestStretch.Load() {
+		r.longestStretch.Store(int64(length))
+	}
+}
+
+// LongestStretch is the longest lease the run was claimed or renewed by
+// beyond its task's worker timeout, or 0: for its run record.
+func (r *Run) LongestStretch() time.Duration {
+	return max(r.LeaseFloor, time.Duration(r.longestStretch.Load()))
+}
 
 // FirstPinged is closed once the run's first ping is answered (renewed,
 // failed, or found the run taken away), or the run left the pinger or
@@ -455,6 +470,36 @@ const reserveMargin = 100 * time.Millisecond
 // the lease lapsed when it meets a slow one.
 func (p *Pinger) reserve() time.Duration { return 2*max(p.latency, p.peak) + reserveMargin }
 
+// RenewLength is the lease a ping renews r by. It is the task's worker
+// timeout wherever that leaves, a ping interval after the renewal, the
+// reserve the next ping needs (see reserve): renewed by it, the next ping
+// goes on time and lands in time. Otherwise the run is renewed by a longer
+// lease, twice what it must cover (as a claim's stretch is), which its
+// holder records as lease_ms. It is decided at every ping from the pings'
+// own round trips, not once at the claim: a run claimed at a stretched
+// lease in a burst goes back to its worker timeout once pings show the
+// server keeps it, so a worker that dies holding it is found out as soon
+// as the task says, where a stretch kept for the run's life left its
+// slot held seconds longer; and a run whose server grew slow after its
+// claim is stretched before its pings are cut by their deadlines. Until
+// the worker has a ping's round trip to go by, the claim's lease stands.
+// Safe for use by several goroutines.
+func (p *Pinger) RenewLength(r *Run) time.Duration {
+	reserve := time.Duration(p.reserveNow.Load())
+	if reserve <= 0 {
+		return max(r.WorkerTimeout, r.LeaseFloor)
+	}
+	need := r.PingInterval + reserve
+	if need <= r.WorkerTimeout {
+		return r.WorkerTimeout
+	}
+	return (2*need + stretchStep - 1) / stretchStep * stretchStep
+}
+
+// stretchStep rounds a stretched renewal, so that runs renewed together
+// mostly get the same one.
+const stretchStep = 100 * time.Millisecond
+
 // Reserve is the lease a write about a run must have left when it is
 // sent, for it to land in time as the server answers now (see reserve).
 func (p *Pinger) Reserve() time.Duration {
@@ -477,7 +522,7 @@ func (p *Pinger) send(ctx context.Context, runs []*Run, now time.Time) {
 	for i, r := range runs {
 		r.pinging = true
 		r.nextPing = now.Add(p.interval(r))
-		items[i] = pingItem{run: r, lease: now.Add(r.leaseLength()), attempt: int(r.Attempt.Load()), sole: r.SoleHolder}
+		items[i] = newPingItem(r, now, p.RenewLength(r))
 		timeout = min(timeout, max(r.Lease().Sub(now), time.Millisecond))
 	}
 	p.log.Debug("ping", "runs", len(runs), "key", runs[0].Key, "lease_left", timeout.Round(time.Millisecond), "round_trip", p.latency.Round(time.Millisecond))
@@ -488,7 +533,7 @@ func (p *Pinger) send(ctx context.Context, runs []*Run, now time.Time) {
 		var results []pingResult
 		if len(items) == 1 {
 			it := items[0]
-			reply, err := p.Renew(pctx, it.run, it.lease, it.attempt, it.sole)
+			reply, err := p.renew(pctx, it)
 			results = []pingResult{{run: it.run, sent: now, lease: it.lease, reply: reply, err: err, took: time.Since(start)}}
 		} else {
 			results = p.renewBatch(pctx, ctx, items, now, func(renewed []pingResult) {
@@ -531,7 +576,7 @@ func (p *Pinger) apply(ctx context.Context, res pingResult) {
 			// was taken in by renewed, and a later ping may have landed
 			// since.
 			p.took(r, res.took)
-			r.SetLease(res.lease)
+			r.renewedBy(res.lease, res.lease.Sub(res.sent))
 		}
 		r.SoleHolder = res.reply.Running == 1
 		p.notify.Renewed(r)
@@ -557,7 +602,7 @@ func (p *Pinger) renewed(results []pingResult) {
 		}
 		r.pinging = false
 		p.took(r, res.took)
-		r.SetLease(res.lease)
+		r.renewedBy(res.lease, res.lease.Sub(res.sent))
 	}
 }
 
@@ -690,11 +735,19 @@ const renewTries = 3
 // ping is one command except when the number of holders crosses one. If
 // both miss, the number of holders moved between them, or the run was
 // taken away: a read of the fence tells which.
-// Renew renews one run's lease to lease (see taskstate.Renew).
-func (p *Pinger) Renew(ctx context.Context, r *Run, lease time.Time, attempt int, sole bool) (*pingReply, error) {
+// Renew renews one run's lease by length from now (server time), at its
+// local attempt (see taskstate.Renew).
+func (p *Pinger) Renew(ctx context.Context, r *Run, now time.Time, length time.Duration, attempt int) (*pingReply, error) {
+	it := newPingItem(r, now, length)
+	it.attempt = attempt
+	return p.renew(ctx, it)
+}
+
+func (p *Pinger) renew(ctx context.Context, it pingItem) (*pingReply, error) {
+	r := it.run
 	for try := 0; try < renewTries; try++ {
-		for _, form := range []bool{sole, !sole} {
-			reply, err := p.renewAs(ctx, r, lease, attempt, form)
+		for _, form := range []bool{it.sole, !it.sole} {
+			reply, err := p.renewAs(ctx, it, form)
 			if err != nil || reply != nil {
 				return reply, err
 			}
@@ -707,9 +760,9 @@ func (p *Pinger) Renew(ctx context.Context, r *Run, lease time.Time, attempt int
 	return nil, fmt.Errorf("mscheduler: ping run %s of %q: the task's holders kept changing", r.RunID, r.Key)
 }
 
-func (p *Pinger) renewAs(ctx context.Context, r *Run, lease time.Time, attempt int, sole bool) (*pingReply, error) {
-	key, runID := r.Key, r.RunID
-	filter, update := p.renewStatement(r.ID, runID, lease, attempt, sole)
+func (p *Pinger) renewAs(ctx context.Context, it pingItem, sole bool) (*pingReply, error) {
+	key, runID := it.run.Key, it.run.RunID
+	filter, update := p.renewStatement(it, sole)
 	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
 	raw, err := p.caps.FindOneAndUpdate(ctx, p.coll, filter, update, opts, p.pingProjection()).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
@@ -792,7 +845,7 @@ func (p *Pinger) Len() int {
 // lapsedEndGrace is how long after its lease lapsed the end of a finished
 // run is still tried: one more lease.
 func lapsedEndGrace(r *Run) time.Duration {
-	if d := r.leaseLength(); d > 0 {
+	if d := max(r.WorkerTimeout, r.LeaseFloor); d > 0 {
 		return d
 	}
 	return time.Minute

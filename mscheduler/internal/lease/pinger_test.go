@@ -246,3 +246,32 @@ func TestABatchsReadBackTellsRenewedFromMissed(t *testing.T) {
 		}
 	}
 }
+
+// TestRenewLength: before any ping is answered a run is renewed by its
+// claim's lease; after, by its worker timeout while that leaves a ping
+// interval and the reserve, and by twice what it must cover (rounded up
+// to 100 ms) when it does not, however its claim was leased.
+func TestRenewLength(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		reserve   time.Duration // 0: no ping answered yet
+		claimed   time.Duration // the claim's stretched lease, 0 if none
+		want      time.Duration
+		stretched bool
+	}{
+		{"no ping answered, claimed at the worker timeout", 0, 0, 3 * time.Second, false},
+		{"no ping answered, claimed stretched", 0, 8 * time.Second, 8 * time.Second, true},
+		{"fast pings, claimed stretched", 300 * time.Millisecond, 8 * time.Second, 3 * time.Second, false},
+		{"just keepable", 2500 * time.Millisecond, 0, 3 * time.Second, false},
+		{"slow pings", 2610 * time.Millisecond, 0, 6300 * time.Millisecond, true},
+	} {
+		p := &Pinger{}
+		p.reserveNow.Store(int64(c.reserve))
+		r := &Run{PingInterval: 500 * time.Millisecond, WorkerTimeout: 3 * time.Second, LeaseFloor: c.claimed}
+		got := p.RenewLength(r)
+		it := newPingItem(r, time.Now(), got)
+		if got != c.want || (it.stretched() > 0) != c.stretched {
+			t.Errorf("%s: renewed by %v (stretched %v), want %v (stretched %v)", c.name, got, it.stretched(), c.want, c.stretched)
+		}
+	}
+}

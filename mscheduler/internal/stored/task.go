@@ -122,10 +122,11 @@ type Holder struct {
 	LeaseUntil time.Time `bson:"lease_until"`
 	// Attempt is the run's local attempt, as of its last ping.
 	Attempt int `bson:"attempt,omitempty"`
-	// LeaseMS, when set, is the least lease the run holds, in place of a
-	// shorter worker_timeout_ms: the claimant's server answered too slowly
-	// for a claim and its first ping to fit in the task's own (see
-	// taskstate.EffectiveLease).
+	// LeaseMS, when set, is the lease the run was last claimed or renewed
+	// by, in place of a shorter worker_timeout_ms: the holder's server
+	// answered too slowly for its claim and first ping, or its pings, to
+	// fit in the task's own (see taskstate.EffectiveLease). A renewal at
+	// the worker timeout removes it.
 	LeaseMS int64 `bson:"lease_ms,omitempty"`
 }
 

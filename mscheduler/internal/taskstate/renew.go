@@ -12,12 +12,21 @@ import (
 // form for the task's only holder (which sets next_expiry exactly) or for
 // one of several (which only lowers it: the sweep raises a stale bound).
 // Which form applies is a guess from the last ping; the other form is
-// tried when it misses.
-func Renew(id bson.RawValue, workerID, runID string, lease time.Time, attempt int, sole bool) (filter, upd bson.D) {
+// tried when it misses. stretched is the renewal's length when it is
+// longer than the task's worker timeout, recorded as the holder's
+// lease_ms, or 0, which removes a lease_ms an earlier claim or ping left:
+// the sweep reads when the run was last renewed from lease_until less
+// that length (see upkeep's overdue).
+func Renew(id bson.RawValue, workerID, runID string, lease time.Time, attempt int, sole bool, stretched time.Duration) (filter, upd bson.D) {
 	filter = RunFence(id, workerID, runID)
 	var u update
 	u.Set(stored.HolderPath(workerID, stored.HLeaseUntil), lease)
 	u.Set(stored.HolderPath(workerID, stored.HAttempt), attempt)
+	if stretched > 0 {
+		u.Set(stored.HolderPath(workerID, stored.HLeaseMS), stretched.Milliseconds())
+	} else {
+		u.Unset(stored.HolderPath(workerID, stored.HLeaseMS))
+	}
 	if sole {
 		filter = append(filter, bson.E{Key: stored.FRunning, Value: 1})
 		u.Set(stored.FNextExpiry, lease)
