@@ -470,31 +470,35 @@ const reserveMargin = 100 * time.Millisecond
 // the lease lapsed when it meets a slow one.
 func (p *Pinger) reserve() time.Duration { return 2*max(p.latency, p.peak) + reserveMargin }
 
-// RenewLength is the lease a ping renews r by. It is the task's worker
-// timeout wherever that leaves, a ping interval after the renewal, the
-// reserve the next ping needs (see reserve): renewed by it, the next ping
-// goes on time and lands in time. Otherwise the run is renewed by a longer
-// lease, twice what it must cover (as a claim's stretch is), which its
-// holder records as lease_ms. It is decided at every ping from the pings'
-// own round trips, not once at the claim: a run claimed at a stretched
-// lease in a burst goes back to its worker timeout once pings show the
-// server keeps it, so a worker that dies holding it is found out as soon
-// as the task says, where a stretch kept for the run's life left its
-// slot held seconds longer; and a run whose server grew slow after its
-// claim is stretched before its pings are cut by their deadlines. Until
-// the worker has a ping's round trip to go by, the claim's lease stands.
-// Safe for use by several goroutines.
+// RenewLength is the lease a ping renews r by: the task's worker timeout
+// wherever that covers two pings at the slowest round trip of late (the
+// one renewing it and the next, which goes at once if it must: see
+// pingAt) and a margin; otherwise a longer lease, twice that (as a claim's
+// stretch is), which its holder records as lease_ms. It is decided at
+// every ping from the pings' own round trips, not once at the claim: a
+// run claimed at a stretched lease in a burst goes back to its worker
+// timeout once pings show the server keeps it, so a worker that dies
+// holding it is found out as soon as the task says, where a stretch kept
+// for the run's life left its slot held seconds longer; and a run whose
+// server grew too slow after its claim is stretched before its pings are
+// cut by their deadlines. Until the worker has a ping's round trip to go
+// by, the claim's lease stands. Safe for use by several goroutines.
 func (p *Pinger) RenewLength(r *Run) time.Duration {
 	reserve := time.Duration(p.reserveNow.Load())
 	if reserve <= 0 {
 		return max(r.WorkerTimeout, r.LeaseFloor)
 	}
-	need := r.PingInterval + reserve
-	if need <= r.WorkerTimeout {
+	need := reserve + renewMargin // 2 × the slowest round trip of late, and 250 ms
+	if need < r.WorkerTimeout {
 		return r.WorkerTimeout
 	}
 	return (2*need + stretchStep - 1) / stretchStep * stretchStep
 }
+
+// renewMargin, with the reserve's, is the margin RenewLength leaves beyond
+// two pings: as much as a claim's stretch leaves beyond a claim and its
+// first ping.
+const renewMargin = 150 * time.Millisecond
 
 // stretchStep rounds a stretched renewal, so that runs renewed together
 // mostly get the same one.

@@ -248,13 +248,13 @@ func TestABatchsReadBackTellsRenewedFromMissed(t *testing.T) {
 }
 
 // TestRenewLength: before any ping is answered a run is renewed by its
-// claim's lease; after, by its worker timeout while that leaves a ping
-// interval and the reserve, and by twice what it must cover (rounded up
-// to 100 ms) when it does not, however its claim was leased.
+// claim's lease; after, by its worker timeout while that covers two pings
+// at the slowest round trip and 250 ms, and by twice that (rounded up to
+// 100 ms) when it does not, however its claim was leased.
 func TestRenewLength(t *testing.T) {
 	for _, c := range []struct {
 		name      string
-		reserve   time.Duration // 0: no ping answered yet
+		reserve   time.Duration // 2 × the slowest round trip + 100 ms; 0: no ping answered yet
 		claimed   time.Duration // the claim's stretched lease, 0 if none
 		want      time.Duration
 		stretched bool
@@ -262,8 +262,8 @@ func TestRenewLength(t *testing.T) {
 		{"no ping answered, claimed at the worker timeout", 0, 0, 3 * time.Second, false},
 		{"no ping answered, claimed stretched", 0, 8 * time.Second, 8 * time.Second, true},
 		{"fast pings, claimed stretched", 300 * time.Millisecond, 8 * time.Second, 3 * time.Second, false},
-		{"just keepable", 2500 * time.Millisecond, 0, 3 * time.Second, false},
-		{"slow pings", 2610 * time.Millisecond, 0, 6300 * time.Millisecond, true},
+		{"just keepable", 2849 * time.Millisecond, 0, 3 * time.Second, false},
+		{"slow pings", 2900 * time.Millisecond, 0, 6100 * time.Millisecond, true},
 	} {
 		p := &Pinger{}
 		p.reserveNow.Store(int64(c.reserve))
