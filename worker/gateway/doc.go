@@ -3,14 +3,20 @@
 // their leases, and complete, fail or release them, and with which any
 // client publishes, reads, lists and cancels tasks.
 //
-// The gateway is a front end on the consumer: for each collection and set
-// of executor groups it runs a [mscheduler.Consumer] of raw BSON params in
-// pull mode ([mscheduler.ConsumerConfig].ClaimDemand), which claims only
-// as many runs as executors wait for. Each claimed run's handler parks the
-// run until an executor takes it, then waits for that executor's outcome
-// while the consumer keeps the lease. Claims, leases, fences, retries,
-// plans, run ends and history are the consumer's, so every guarantee of
-// the library holds for runs done over HTTP.
+// The gateway is a front end on the consumer, and each executor is a
+// worker: for each executor, collection and set of groups it runs a
+// [mscheduler.Consumer] of raw BSON params whose worker id is the
+// executor's, in pull mode ([mscheduler.ConsumerConfig].ClaimDemand), so
+// that it claims only as many runs as that executor's takes ask for. Its
+// runs are held in the task documents under the executor's id: a task of
+// concurrency C runs on C executors at once, and DistinctWorkers,
+// worker_ids and groups name executors as they name Go workers. Each
+// claimed run's handler parks the run until its executor takes it, then
+// waits for the executor's outcome while the consumer keeps the lease.
+// Claims, leases, fences, retries, plans, run ends and history are the
+// consumer's, so every guarantee of the library holds for runs done over
+// HTTP. The consumer of an executor that has not called for a while
+// (StaleAfterBeats heartbeats) and holds no run is stopped.
 //
 // An executor keeps a run by renewing it within the task's worker timeout
 // (the lease_ms of its take); a run it stops renewing fails, saying so,

@@ -205,7 +205,7 @@ func (c *gxCase) spareOne() error {
 
 func (c *gxCase) end(ctx context.Context, how string, body map[string]any) error {
 	r := c.taken[0]
-	body["executor"], body["run_id"], body["attempt"] = "ex", r.RunID, r.Attempt
+	body["executor"], body["run_id"], body["attempt"] = c.wid, r.RunID, r.Attempt
 	code, out, err := c.x.post(ctx, "/"+how, body)
 	if err != nil {
 		return err
@@ -430,7 +430,7 @@ func (x *gxExplorer) post(ctx context.Context, path string, body any) (int, map[
 // take takes up to n runs, waiting up to wait for one. A take that the
 // test ended (ctx cancelled) took nothing.
 func (c *gxCase) take(ctx context.Context, n int, wait time.Duration) ([]gxRun, error) {
-	code, out, err := c.x.post(ctx, "/take", map[string]any{"executor": "ex", "max": n, "wait_ms": wait.Milliseconds()})
+	code, out, err := c.x.post(ctx, "/take", map[string]any{"executor": c.wid, "max": n, "wait_ms": wait.Milliseconds()})
 	if err != nil && ctx.Err() != nil {
 		c.note = append(c.note, "the take was ended: its claim won nothing")
 		return nil, nil
@@ -474,7 +474,7 @@ func (x *gxExplorer) newCase(op gxOp) *gxCase {
 	}
 	c.gw = gw
 	x.gw.Store(gw)
-	if !gateway.PoolServed(x.ctx, gw, x.coll.Name()) {
+	if !gateway.PoolServed(x.ctx, gw, x.coll.Name(), c.wid) {
 		x.t.Fatalf("%s: the gateway's pool did not start", op.name)
 	}
 	if op.warm {

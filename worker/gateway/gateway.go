@@ -54,12 +54,13 @@ type Config struct {
 	// none, only this machine's peers are served, and executors name
 	// themselves (the "executor" and "groups" of their requests).
 	Tokens map[string]Executor
-	// WorkerID names the gateway's consumers in the task documents; each
-	// set of groups gets one, suffixed with its groups. Defaults to the
-	// host name and "-gateway".
+	// WorkerID names the gateway: its executors show in the worker
+	// registry as executors "via" it. The runs an executor takes are held
+	// in the task documents under the executor's own id, by a consumer the
+	// gateway runs for it. Defaults to the host name and "-gateway".
 	WorkerID string
-	// Capacity is the most runs one set of groups holds at once, with
-	// executors or waiting for one. Defaults to [CapacityDefault].
+	// Capacity is the most runs one executor holds at once in one
+	// collection, with it or waiting for it. Defaults to [CapacityDefault].
 	Capacity int
 	// MaxTake bounds the runs one take returns. Defaults to [MaxTakeDefault].
 	MaxTake int
@@ -75,9 +76,11 @@ type Config struct {
 	// holds every waiting place: more are refused with 429. Defaults to
 	// [MaxWaitingPerExecutorDefault].
 	MaxWaitingPerExecutor int
-	// MaxPools bounds the consumers the gateway runs: one per collection
-	// and set of executor groups. A take that would start one more is
-	// refused with 429, naming the bound. Defaults to [MaxPoolsDefault].
+	// MaxPools bounds the consumers the gateway runs: one per executor,
+	// collection and set of groups. A take that would start one more is
+	// refused with 429, naming the bound. The consumer of an executor
+	// that has not called for StaleAfterBeats heartbeats and holds no run
+	// is stopped. Defaults to [MaxPoolsDefault].
 	MaxPools int
 	// UntakenHold is how long a claimed run waits for a taker (its take
 	// gave up meanwhile) before it is released for others. Defaults to

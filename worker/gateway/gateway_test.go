@@ -665,16 +665,16 @@ func TestRunEndingInItsRetryDelayIsNotOwed(t *testing.T) {
 	if code, out := f.call("POST", "/fail", "", map[string]any{"executor": "e", "run_id": run["run_id"], "error": "flaky"}); code != 200 || out["outcome"] != "retrying" {
 		t.Fatalf("fail with retries left: %d %v, want retrying", code, out)
 	}
-	if d := gateway.Demand(f.gw, f.coll.Name(), nil); d != 1 {
+	if d := gateway.Demand(f.gw, f.coll.Name(), "e"); d != 1 {
 		t.Fatalf("demand in the retry delay: %d, want 1 (the run owed to a taker)", d)
 	}
 	if code, out := f.call("POST", "/tasks/r/cancel", "", nil); code != 200 {
 		t.Fatalf("cancel: %d %v", code, out)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for gateway.Demand(f.gw, f.coll.Name(), nil) != 0 {
+	for gateway.Demand(f.gw, f.coll.Name(), "e") != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("demand %d 30 s after the run was cancelled in its retry delay, want 0; task %v", gateway.Demand(f.gw, f.coll.Name(), nil), f.doc("r"))
+			t.Fatalf("demand %d 30 s after the run was cancelled in its retry delay, want 0; task %v", gateway.Demand(f.gw, f.coll.Name(), "e"), f.doc("r"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -693,7 +693,7 @@ func TestStartedPoolServesAnEndedRequest(t *testing.T) {
 	ended, cancel := context.WithCancel(t.Context())
 	cancel()
 	for i := range 64 {
-		if !gateway.PoolServed(ended, f.gw, f.coll.Name()) {
+		if !gateway.PoolServed(ended, f.gw, f.coll.Name(), "e") {
 			t.Fatalf("try %d: the started pool refused a request that had ended", i)
 		}
 	}

@@ -85,18 +85,19 @@ func TestOneExecutorCannotHoldEveryWaitingPlace(t *testing.T) {
 	}
 }
 
-// TestConsumersAreBounded: each collection and set of executor groups runs
-// a consumer; a take that would start one beyond MaxPools is refused with
-// 429 naming the groups, while the sets already served go on.
+// TestConsumersAreBounded: each executor, collection and set of groups
+// runs a consumer; a take that would start one beyond MaxPools is refused
+// with 429 naming the executor, while those already served go on.
 func TestConsumersAreBounded(t *testing.T) {
 	f := newFixture(t, &gateway.Config{MaxPools: 2})
 	for _, c := range []struct {
-		groups []string
-		code   int
-	}{{[]string{"a"}, 200}, {[]string{"b"}, 200}, {[]string{"c"}, 429}, {[]string{"a"}, 200}} {
-		code, out := f.call("POST", "/take", "", map[string]any{"executor": "e", "groups": c.groups, "wait_ms": 0})
-		if code != c.code || (code == 429 && out["field"] != "groups") {
-			t.Errorf("take for groups %v: %d %v, want %d", c.groups, code, out, c.code)
+		executor string
+		groups   []string
+		code     int
+	}{{"e", []string{"a"}, 200}, {"e", []string{"b"}, 200}, {"e", []string{"c"}, 429}, {"e2", []string{"a"}, 429}, {"e", []string{"a"}, 200}} {
+		code, out := f.call("POST", "/take", "", map[string]any{"executor": c.executor, "groups": c.groups, "wait_ms": 0})
+		if code != c.code || (code == 429 && out["field"] != "executor") {
+			t.Errorf("take of %s for groups %v: %d %v, want %d", c.executor, c.groups, code, out, c.code)
 		}
 	}
 }

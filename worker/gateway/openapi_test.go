@@ -1032,5 +1032,5 @@ func contractLateAnswers(t *testing.T, seen map[string]bool, coll string) {
 			t.Errorf("%s past EndWait: %v, want the outcome pending", route, out)
 		}
 	}
-	c.expect(429, "groups", opTake, "", "", map[string]any{"executor": "late", "groups": []string{"another"}}, nil)
+	c.expect(429, "executor", opTake, "", "", map[string]any{"executor": "late", "groups": []string{"another"}}, nil)
 }

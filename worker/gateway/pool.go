@@ -15,15 +15,21 @@ import (
 	"github.com/mscheduler/mscheduler/mscheduler"
 )
 
-// pool serves the executors of one collection and one set of groups with
-// one pulling consumer.
+// pool serves one executor in one collection, for one set of groups, with
+// a pulling consumer of its own whose worker id is the executor's: the
+// executor is a worker. Its runs are held in the task documents under the
+// executor's name, a task of concurrency C runs on C executors at once,
+// and DistinctWorkers, worker_ids and groups name executors as they name
+// Go workers. The consumer claims only for its executor's waiting takes.
 type pool struct {
 	g        *Gateway
 	coll     string
+	executor string
 	consumer *mscheduler.Consumer[bson.RawValue, bson.RawValue]
 	ready    chan *parked // claimed runs waiting for a taker; cap Capacity
 
 	mu      sync.Mutex // guards what follows
+	closing bool       // the pool is being stopped (see reapIdlePools): it takes no more
 	waiting int        // runs the waiting takes still want
 	taken   int        // runs with an executor
 	// failedLast are the runs whose last attempt failed, by run id, until
@@ -44,6 +50,19 @@ func (p *pool) demand() int {
 	return p.taken + p.waiting + p.retrying()
 }
 
+// close marks the pool as being stopped, unless a take waits on it or it
+// holds runs, or runs are on their way to it; it says whether it did.
+// The caller holds g.mu.
+func (p *pool) close() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.waiting > 0 || p.taken > 0 || len(p.arriving) > 0 || len(p.failedLast) > 0 || len(p.ready) > 0 {
+		return false
+	}
+	p.closing = true
+	return true
+}
+
 // retrying counts the runs held through a retry delay for a taker (see
 // untake). The caller holds p.mu.
 func (p *pool) retrying() int {
@@ -56,8 +75,8 @@ func (p *pool) retrying() int {
 	return n
 }
 
-func poolKey(coll string, groups []string) string {
-	return coll + "\x00" + strings.Join(sortedCopy(groups), ",")
+func poolKey(coll string, ex Executor) string {
+	return coll + "\x00" + strings.Join(sortedCopy(ex.Groups), ",") + "\x00" + ex.ID
 }
 
 // poolEntry is a pool being started, or started: callers of the same key
@@ -72,12 +91,13 @@ type poolEntry struct {
 // poolStartTimeout bounds a pool's start: its consumer's first commands.
 const poolStartTimeout = 30 * time.Second
 
-// poolOf returns the pool of a collection and groups, started on first use.
-func (g *Gateway) poolOf(ctx context.Context, coll string, groups []string) (*pool, *apiError) {
+// poolOf returns the pool of an executor in a collection, for its groups,
+// started on first use.
+func (g *Gateway) poolOf(ctx context.Context, coll string, ex Executor) (*pool, *apiError) {
 	if _, err := g.producer(ctx, coll); err != nil {
 		return nil, err
 	}
-	key := poolKey(coll, groups)
+	key := poolKey(coll, ex)
 	g.mu.Lock()
 	if g.stopped {
 		g.mu.Unlock()
@@ -86,7 +106,7 @@ func (g *Gateway) poolOf(ctx context.Context, coll string, groups []string) (*po
 	e, started := g.pools[key]
 	if !started && len(g.pools) >= g.cfg.MaxPools {
 		g.mu.Unlock()
-		return nil, &apiError{http.StatusTooManyRequests, "groups", fmt.Sprintf("the gateway runs %d consumers already, one per collection and set of groups (MaxPools): take with a set of groups already served", g.cfg.MaxPools), nil}
+		return nil, &apiError{http.StatusTooManyRequests, "executor", fmt.Sprintf("the gateway runs %d consumers already, one per executor, collection and set of groups (MaxPools): take again once an executor has gone (a minute or so after its last call)", g.cfg.MaxPools), nil}
 	}
 	if !started {
 		e = &poolEntry{done: make(chan struct{})}
@@ -94,7 +114,7 @@ func (g *Gateway) poolOf(ctx context.Context, coll string, groups []string) (*po
 	}
 	g.mu.Unlock()
 	if !started {
-		e.p, e.err = g.startPool(ctx, coll, groups)
+		e.p, e.err = g.startPool(ctx, coll, ex)
 		if e.err != nil {
 			g.mu.Lock()
 			delete(g.pools, key) // the next take tries again
@@ -119,12 +139,12 @@ func (g *Gateway) poolOf(ctx context.Context, coll string, groups []string) (*po
 }
 
 // startPool starts the pulling consumer of a pool.
-func (g *Gateway) startPool(ctx context.Context, coll string, groups []string) (*pool, *apiError) {
-	p := &pool{g: g, coll: coll, ready: make(chan *parked, g.cfg.Capacity), failedLast: map[string]failedAttempt{},
+func (g *Gateway) startPool(ctx context.Context, coll string, ex Executor) (*pool, *apiError) {
+	p := &pool{g: g, coll: coll, executor: ex.ID, ready: make(chan *parked, g.cfg.Capacity), failedLast: map[string]failedAttempt{},
 		arriving: map[string]bool{}, arrived: make(chan struct{})}
 	cfg := g.cfg.Consumer
-	cfg.WorkerID = workerIDOf(g.cfg.WorkerID, groups)
-	cfg.Groups = slices.Clone(groups)
+	cfg.WorkerID = ex.ID
+	cfg.Groups = slices.Clone(ex.Groups)
 	cfg.Capacity = g.cfg.Capacity
 	cfg.ClaimDemand = p.demand
 	cfg.OnEvent = func(e mscheduler.Event) {
@@ -145,15 +165,6 @@ func (g *Gateway) startPool(ctx context.Context, coll string, groups []string) (
 	}
 	p.consumer = c
 	return p, nil
-}
-
-// workerIDOf names the consumer of a set of groups: a worker holds one run
-// of a task at most, and each set of groups claims with its own filter.
-func workerIDOf(base string, groups []string) string {
-	if len(groups) == 0 {
-		return base
-	}
-	return base + "-" + strings.Join(sortedCopy(groups), "+")
 }
 
 // handle is the consumer's handler: it parks the run for a taker, then
@@ -226,6 +237,10 @@ func (p *pool) untake(r *parked, err error, cancelled bool) {
 // at once (ClaimNow), within UntakenHold, and it takes those runs.
 func (p *pool) take(ctx context.Context, ex Executor, session string, n int, wait time.Duration) []*parked {
 	p.mu.Lock()
+	if p.closing { // stopped as idle as this take came: the executor takes again
+		p.mu.Unlock()
+		return nil
+	}
 	p.waiting += n
 	p.mu.Unlock()
 	var got []*parked

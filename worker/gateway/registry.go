@@ -60,6 +60,7 @@ func (g *Gateway) heartbeats() {
 	defer tick.Stop()
 	for {
 		g.beat()
+		g.reapIdlePools()
 		select {
 		case <-tick.C:
 		case <-g.stopCh:
@@ -103,4 +104,45 @@ func (g *Gateway) liveExecutors() []mscheduler.WorkerInfo {
 		})
 	}
 	return out
+}
+
+// reapIdlePools stops the pools of executors that have gone: no call for
+// StaleAfterBeats heartbeats (gone, as the registry judges them), no run
+// held or on its way, no take waiting. Each executor has a consumer of its
+// own in each collection it takes from; without this, executors that came
+// and went would fill MaxPools and keep their consumers polling.
+func (g *Gateway) reapIdlePools() {
+	cutoff := time.Now().Add(-mscheduler.StaleAfterBeats * g.cfg.HeartbeatInterval)
+	var idle []*pool
+	g.mu.Lock()
+	held := map[*pool]bool{}
+	for _, r := range g.runs {
+		held[r.pool] = true
+	}
+	for key, e := range g.pools {
+		select {
+		case <-e.done:
+		default:
+			continue // starting
+		}
+		p := e.p
+		if p == nil || held[p] {
+			continue
+		}
+		if s := g.executors[p.executor]; s != nil && !s.lastCall.Before(cutoff) {
+			continue
+		}
+		if p.close() {
+			delete(g.pools, key)
+			idle = append(idle, p)
+		}
+	}
+	g.mu.Unlock()
+	for _, p := range idle {
+		ctx, cancel := context.WithTimeout(context.Background(), g.cfg.HeartbeatInterval)
+		if err := p.consumer.Stop(ctx); err != nil {
+			g.cfg.Logger.Warn("gateway: stopping the consumer of an executor gone", "executor", p.executor, "collection", p.coll, "error", err)
+		}
+		cancel()
+	}
 }

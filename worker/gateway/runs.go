@@ -69,7 +69,7 @@ func (g *Gateway) takeRuns(w http.ResponseWriter, r *http.Request, c caller) err
 		return &apiError{http.StatusBadRequest, "wait_ms", fmt.Sprintf("must be from 0 to %d (MaxWait), got %d", millis(g.cfg.MaxWait), in.WaitMS), nil}
 	}
 	wait := ms(in.WaitMS)
-	p, aerr := g.poolOf(r.Context(), r.PathValue("collection"), ex.Groups)
+	p, aerr := g.poolOf(r.Context(), r.PathValue("collection"), ex)
 	if aerr != nil {
 		return aerr
 	}

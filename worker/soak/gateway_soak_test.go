@@ -65,15 +65,22 @@ const (
 	gwTakeLatency = time.Second
 )
 
-// gwSlots are the executor slots: an executor id and its groups.
-var gwSlots = []struct {
+// gwSlot is an executor slot: an executor id and its groups.
+type gwSlot struct {
 	id     string
 	groups []string
-}{{"ex-1", nil}, {"ex-2", nil}, {"ex-3", []string{"b"}}}
+}
 
-// gwConsumers are the worker ids of the gateway's consumers, one per set
-// of groups of gwSlots.
-var gwConsumers = map[string]bool{gwWorkerID: true, gwWorkerID + "-b": true}
+// gwSlots are the executor slots.
+var gwSlots = []gwSlot{{"ex-1", nil}, {"ex-2", nil}, {"ex-3", []string{"b"}}}
+
+// lrCalls are the calls of a logged run, none if it was not logged.
+func lrCalls(lr *gwRunLog) []*gwCallLog {
+	if lr == nil {
+		return nil
+	}
+	return lr.calls
+}
 
 // gwMix is how many tasks of each kind the gateway soak publishes.
 var gwMix = []struct {
@@ -901,6 +908,10 @@ func (g *gwVerifier) histInput() histcheck.Input {
 func (g *gwVerifier) checkNothingLost() {
 	v := g.v
 	const check = "5 nothing lost"
+	slotOf := map[string]int{} // an incarnation's label → its slot
+	for _, proc := range g.pool.all {
+		slotOf[proc.id] = proc.slot
+	}
 	for _, key := range slices.Sorted(maps.Keys(v.docs)) {
 		d := v.docs[key]
 		if len(d.Holders) != 0 || d.Running != 0 || d.NextExpiry != nil {
@@ -910,10 +921,17 @@ func (g *gwVerifier) checkNothingLost() {
 			v.fail(check, "task %s: free %d, want concurrency %d - running %d - succeeded %d", key, d.Free, d.Concurrency, d.Running, d.Succeeded)
 		}
 		for _, r := range d.Runs {
-			if !gwConsumers[r.WorkerID] {
-				v.fail(check, "task %s: run %s recorded for %q, not one of the gateway's consumers", key, r.RunID, r.WorkerID)
-			}
+			// Each executor is a worker: a run is held, and recorded, under
+			// the id of the executor that ran it.
 			lr := g.logs.runs[r.RunID]
+			if !slices.ContainsFunc(gwSlots, func(sl gwSlot) bool { return sl.id == r.WorkerID }) {
+				v.fail(check, "task %s: run %s recorded for %q, not one of the executors", key, r.RunID, r.WorkerID)
+			}
+			for _, c := range lrCalls(lr) {
+				if slot, ok := slotOf[c.label]; ok && gwSlots[slot].id != r.WorkerID {
+					v.fail(check, "task %s: run %s recorded for %q, run by executor %s (%s)", key, r.RunID, r.WorkerID, gwSlots[slot].id, c.label)
+				}
+			}
 			notRenewed := strings.Contains(r.Error, gwNotRenewed)
 			switch {
 			case lr != nil && lr.key != key:

@@ -38,10 +38,10 @@ func runGateway(ctx context.Context, c *cli, fs *flag.FlagSet, args []string) er
 	tokensFile := fs.String("tokens", "", `a JSON `+"`file`"+` of the executors' bearer tokens, {"<token>": {"executor": "ID", "groups": ["g", ...]}, ...}; tokens have 16 characters or more (default: none, and only this machine is served, its executors naming themselves)`)
 	var allowHosts hostList
 	fs.Var(&allowHosts, "allow-host", "a host `name` the gateway answers to besides localhost and IP addresses (repeat for more)")
-	capacity := fs.Int("capacity", gateway.CapacityDefault, "the most runs held at once for each set of executor groups, with executors or waiting for one")
+	capacity := fs.Int("capacity", gateway.CapacityDefault, "the most runs one executor holds at once in one collection, with it or waiting for it")
 	collections := fs.String("collections", "", "the task `collections` to serve, comma-separated (default: the one -c names); requests naming another are answered 404")
 	create := fs.Bool("create", false, "create the collections that do not exist yet, as migrate --create does (without it, a mistyped name is an error)")
-	workerID := fs.String("worker-id", "", "the gateway's worker `id` in the task documents, suffixed with the groups of each set; one per gateway process (default: the host name and -gateway)")
+	workerID := fs.String("worker-id", "", "the gateway's `id`: the worker registry shows its executors as served through it, their runs held under their own ids (default: the host name and -gateway)")
 	args, err := c.parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -287,8 +287,8 @@ func readTokens(name string) (map[string]gateway.Executor, error) {
 			return nil, fmt.Errorf("executor %q: %s", e.Executor, reasonOf(err))
 		}
 		for _, g := range e.Groups {
-			// The gateway names its consumer of a set of groups after
-			// them, in a worker id.
+			// A group names a document of the collection's metadata
+			// (its consumers of that set of groups), in an update path.
 			if g == "" || strings.ContainsAny(g, ".\x00") {
 				return nil, fmt.Errorf("executor %q: group %q: a group here must not be empty or hold '.' or NUL", e.Executor, g)
 			}

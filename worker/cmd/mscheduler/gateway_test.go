@@ -153,8 +153,8 @@ func TestGateway(t *testing.T) {
 	if code != http.StatusOK || out["status"] != "succeeded" || len(runs) != 1 {
 		t.Fatalf("get: %d %v, want k1 succeeded with its run", code, out)
 	}
-	if r, _ := runs[0].(map[string]any); r["worker_id"] != "gw-test" {
-		t.Errorf("the run's worker: %v, want gw-test (--worker-id)", r["worker_id"])
+	if r, _ := runs[0].(map[string]any); r["worker_id"] != "e1" {
+		t.Errorf("the run's worker: %v, want the executor e1 (an executor is a worker)", r["worker_id"])
 	}
 	// A run an executor holds at Ctrl-C is released: it runs again
 	// elsewhere, without waiting for its lease to lapse.
