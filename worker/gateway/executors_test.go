@@ -10,7 +10,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/mscheduler/mscheduler/mscheduler"
 	"github.com/mscheduler/mscheduler/worker/gateway"
 )
 
@@ -105,13 +104,7 @@ func TestWorkerIDsAndDistinctWorkersNameExecutors(t *testing.T) {
 
 	// Two successes on two distinct workers: an executor that succeeded
 	// once is not given the task again.
-	p, err := mscheduler.NewProducer[map[string]any](f.coll, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Publish(t.Context(), mscheduler.Task[map[string]any]{Key: "distinct", Concurrency: 2, DistinctWorkers: true}, nil); err != nil {
-		t.Fatal(err)
-	}
+	f.publish(map[string]any{"key": "distinct", "concurrency": 2, "distinct_workers": true})
 	first := f.take("e3", "s", 1)
 	if len(first) != 1 || first[0]["key"] != "distinct" {
 		t.Fatalf("e3 took %v, want the run of distinct", first)

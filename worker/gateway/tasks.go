@@ -26,6 +26,7 @@ type taskIn struct {
 	Priority        int               `json:"priority,omitempty"`
 	RunAt           *time.Time        `json:"run_at,omitempty"`
 	Concurrency     int               `json:"concurrency,omitempty"`
+	DistinctWorkers bool              `json:"distinct_workers,omitempty"`
 	Group           string            `json:"group,omitempty"`
 	WorkerIDs       []string          `json:"worker_ids,omitempty"`
 	PingIntervalMS  int64             `json:"ping_interval_ms,omitempty"`
@@ -56,7 +57,7 @@ func (t *taskIn) task(field string) (mscheduler.Task[bson.RawValue], *apiError) 
 		}
 	}
 	out := mscheduler.Task[bson.RawValue]{
-		Key: t.Key, Priority: t.Priority, Concurrency: t.Concurrency, Group: t.Group, WorkerIDs: t.WorkerIDs,
+		Key: t.Key, Priority: t.Priority, Concurrency: t.Concurrency, DistinctWorkers: t.DistinctWorkers, Group: t.Group, WorkerIDs: t.WorkerIDs,
 		PingInterval: ms(t.PingIntervalMS), WorkerTimeout: ms(t.WorkerTimeoutMS), MaxRetries: t.MaxRetries,
 		RetryDelay: ms(t.RetryDelayMS), MaxFailedRuns: t.MaxFailedRuns, Timeout: ms(t.TimeoutMS),
 		Description: t.Description, Source: t.Source, Tags: t.Tags, Headers: t.Headers,

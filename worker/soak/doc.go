@@ -17,7 +17,10 @@
 // back to them. It checks the same history (no overlap beyond concurrency
 // while leases are valid, nothing lost, one record per run end), that every
 // run going at a kill came back to the restarted executor, and that no
-// lease lapsed under a live one.
+// lease lapsed under a live one. Each executor is a worker: runs are held
+// and recorded under the executor's id, tasks of concurrency 2 and 3 run
+// on as many executors at once, and the distinct-workers ones succeed on
+// as many executors as their concurrency.
 //
 // The soak starts its own development server (worker/devserver) in a
 // temporary directory on a fixed free port, unless MONGODB_URI names a

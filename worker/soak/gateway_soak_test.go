@@ -86,11 +86,11 @@ func lrCalls(lr *gwRunLog) []*gwCallLog {
 var gwMix = []struct {
 	kind string
 	n    int
-}{{kindQuick, 54}, {kindSlow, 24}, {kindRetry, 16}, {kindFail, 8}, {kindConc, 18}}
+}{{kindQuick, 54}, {kindSlow, 24}, {kindRetry, 16}, {kindFail, 8}, {kindConc, 10}, {kindDistinct, 8}}
 
 // gwLease is the lease (worker_timeout_ms) of a task of kind.
 func gwLease(kind string) time.Duration {
-	if kind == kindSlow || kind == kindConc {
+	if kind == kindSlow || kind == kindConc || kind == kindDistinct {
 		return gwSlowLease
 	}
 	return gwQuickLease
@@ -119,9 +119,15 @@ func gwTasks(rng *rand.Rand, base time.Time) ([]map[string]any, map[string]spec)
 				s.maxFailed = gwFailRuns
 				task["retry_delay_ms"] = 100
 			case kindConc:
+				// Concurrency 2 and 3: each executor is a worker, so a
+				// task runs on up to that many executors at once.
 				dur = 200 + rng.IntN(601)
-				s.concurrency = gwConcurrentOf
-				task["concurrency"] = gwConcurrentOf
+				s.concurrency = gwConcurrentOf + i%2
+				task["concurrency"] = s.concurrency
+			case kindDistinct:
+				dur = 200 + rng.IntN(601)
+				s.concurrency, s.distinct = gwConcurrentOf, true
+				task["concurrency"], task["distinct_workers"] = s.concurrency, true
 			}
 			task["max_failed_runs"] = s.maxFailed
 			task["params"] = map[string]any{"kind": m.kind, "dur_ms": dur}
@@ -862,6 +868,17 @@ func (g *gwVerifier) checkRuns() {
 				if r.Attempts != 2 {
 					v.fail(check, "retry task %s: run %s succeeded after %d attempts, want 2 (the first always fails)", key, r.RunID, r.Attempts)
 				}
+			}
+		}
+		if s.distinct {
+			// Executors are workers: each success on another executor.
+			var by []string
+			for _, r := range succeeded {
+				by = append(by, r.WorkerID)
+			}
+			slices.Sort(by)
+			if len(slices.Compact(slices.Clone(by))) != len(by) || !slices.Equal(slices.Sorted(slices.Values(d.DoneBy)), by) {
+				v.fail(check, "distinct-workers task %s: succeeded by %v, done_by %v; want as many executors as successes, and done_by to match", key, by, d.DoneBy)
 			}
 		}
 	}
