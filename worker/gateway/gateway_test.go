@@ -530,12 +530,13 @@ func TestTooManyWaitingTakes(t *testing.T) {
 }
 
 // TestExecutorsAreInTheRegistry: an executor that takes is announced in
-// the worker registry, with the runs it holds, as worker processes are,
-// and leaves it when the gateway stops.
+// the worker registry, with the runs it holds and its capacity (the
+// largest max of its takes), as worker processes are, and leaves it when
+// the gateway stops.
 func TestExecutorsAreInTheRegistry(t *testing.T) {
 	f := newFixture(t, &gateway.Config{HeartbeatInterval: 50 * time.Millisecond})
 	f.publish(map[string]any{"key": "k"})
-	runs := f.take("py-7", "s", 1)
+	runs := f.take("py-7", "s", 3)
 	if len(runs) != 1 {
 		t.Fatalf("took %d runs, want 1", len(runs))
 	}
@@ -546,7 +547,7 @@ func TestExecutorsAreInTheRegistry(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, w := range ws {
-			if w.ID == "py-7" && w.Running == 1 && !w.Stale && slices.Contains(w.Collections, f.coll.Name()) && strings.Contains(w.Version, "gateway") &&
+			if w.ID == "py-7" && w.Running == 1 && w.Capacity == 3 && !w.Stale && slices.Contains(w.Collections, f.coll.Name()) && strings.Contains(w.Version, "gateway") &&
 				slices.Equal(w.RunIDs, []string{runs[0]["run_id"].(string)}) {
 				stopLeavesRegistry(t, f, "py-7")
 				return

@@ -21,10 +21,12 @@ type executorSeen struct {
 	collections []string
 	started     time.Time // wall clock, for the registry
 	lastCall    time.Time // wall clock of its last take or renew
+	capacity    int       // the largest max of its takes: how many runs it runs at once
 }
 
-// seen notes a take or renew of an executor, for its next heartbeat.
-func (g *Gateway) seen(ex Executor, coll, remoteAddr string) {
+// seen notes a take (of up to takeMax runs) or a renew (takeMax 0) of an
+// executor, for its next heartbeat.
+func (g *Gateway) seen(ex Executor, coll, remoteAddr string, takeMax int) {
 	host, _, err := net.SplitHostPort(remoteAddr)
 	if err != nil {
 		host = remoteAddr
@@ -40,7 +42,7 @@ func (g *Gateway) seen(ex Executor, coll, remoteAddr string) {
 		s = &executorSeen{started: now}
 		g.executors[ex.ID] = s
 	}
-	s.groups, s.host, s.lastCall = ex.Groups, host, now
+	s.groups, s.host, s.lastCall, s.capacity = ex.Groups, host, now, max(s.capacity, takeMax)
 	if !slices.Contains(s.collections, coll) {
 		s.collections = append(s.collections, coll)
 	}
@@ -99,7 +101,7 @@ func (g *Gateway) liveExecutors() []mscheduler.WorkerInfo {
 		}
 		out = append(out, mscheduler.WorkerInfo{
 			ID: id, Host: s.host, Version: "gateway executor via " + g.cfg.WorkerID, Collections: slices.Clone(s.collections),
-			Groups: slices.Clone(s.groups), Running: len(held[id]), RunIDs: slices.Sorted(slices.Values(held[id])),
+			Groups: slices.Clone(s.groups), Capacity: s.capacity, Running: len(held[id]), RunIDs: slices.Sorted(slices.Values(held[id])),
 			StartedAt: s.started, HeartbeatMS: g.cfg.HeartbeatInterval.Milliseconds(),
 		})
 	}

@@ -73,7 +73,7 @@ func (g *Gateway) takeRuns(w http.ResponseWriter, r *http.Request, c caller) err
 	if aerr != nil {
 		return aerr
 	}
-	g.seen(ex, p.coll, r.RemoteAddr)
+	g.seen(ex, p.coll, r.RemoteAddr, n)
 	runs, aerr := g.returning(p, ex, in.Session, n)
 	if aerr != nil {
 		return aerr
@@ -168,7 +168,7 @@ func (g *Gateway) renewRuns(w http.ResponseWriter, r *http.Request, c caller) er
 		held = append(held, run)
 	}
 	if len(held) > 0 {
-		g.seen(ex, coll, r.RemoteAddr)
+		g.seen(ex, coll, r.RemoteAddr, 0)
 	}
 	renewed := []string{}
 	for _, run := range held {
