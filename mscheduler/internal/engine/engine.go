@@ -73,6 +73,9 @@ type Engine struct {
 	// reannounce, buffered 1: the claim loop asks the upkeep loop for an
 	// announce soon.
 	reannounce chan struct{}
+	// suspects are the workers this consumer's sweeps found gone (see
+	// gonepeers.go).
+	suspects goneSuspects
 
 	// limiter turns the server's latency into a limit on the runs held;
 	// retries is the budget of commands sent again after a failure. Both
@@ -182,8 +185,9 @@ func New(coll *mongo.Collection, c *Config) *Engine {
 				localwake.Ended(con.coll, key) // waiters wait for invalid as for final
 				con.emit(Event{Kind: EventInvalid, Key: key, RunID: runID, WorkerID: workerID, Err: err})
 			},
-			Expired: func(key, runID, workerID string) {
+			Expired: func(key, runID, workerID string, lapsed time.Time) {
 				localwake.Ended(con.coll, key)
+				con.suspectGone(workerID, lapsed)
 				con.emit(Event{Kind: EventExpired, Key: key, RunID: runID, WorkerID: workerID})
 			},
 			Error: func(err error) {

@@ -115,6 +115,7 @@ func (c *Engine) announceSoon(st *upkeepState) {
 // announce records this consumer as alive and takes in what the reply
 // says of the others.
 func (c *Engine) announce(ctx context.Context, st *upkeepState) error {
+	c.forgetSuspects(ctx)
 	now := c.clock.Now()
 	st.announced = now
 	start := time.Now()

@@ -182,6 +182,20 @@ func (r *Registry) Forget(ctx context.Context, gone []string, alive *Window) err
 	return nil
 }
 
+// ForgetUnseenSince removes a consumer from the consumers document unless
+// it was seen at or after since: a worker whose run's lease lapsed at
+// since, unrenewed, is presumed gone, unless it announced since.
+func (r *Registry) ForgetUnseenSince(ctx context.Context, id string, since time.Time) error {
+	if !validID(id) {
+		return nil // a hand-edited holder: no entry of that name can be addressed
+	}
+	filter := bson.D{{Key: stored.FID, Value: r.docID()}, {Key: "seen." + id, Value: bson.D{{Key: "$lt", Value: since}}}}
+	if _, err := r.Meta.UpdateOne(ctx, filter, bson.D{{Key: "$unset", Value: bson.D{{Key: "seen." + id, Value: ""}}}}); err != nil {
+		return fmt.Errorf("mscheduler: forget a consumer gone: %w", err)
+	}
+	return nil
+}
+
 // refusal reports an error where the server refused the command on its
 // merits, not the network or a timeout.
 func refusal(err error) bool {

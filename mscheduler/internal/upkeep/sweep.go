@@ -298,7 +298,7 @@ func (w *Worker) expire(ctx context.Context, raw bson.Raw, t *stored.Task, x *ex
 func (w *Worker) expired(t *stored.Task, x *expiry) {
 	w.History.Add(t.Key, x.end.Record)
 	w.Log.Info("run expired; slot freed", "key", t.Key, "run_id", x.holder.Run, "holder", x.workerID)
-	w.Report.Expired(t.Key, x.holder.Run, x.workerID)
+	w.Report.Expired(t.Key, x.holder.Run, x.workerID, x.end.Record.LeaseUntil)
 }
 
 // repairExpiry raises a stale next_expiry to the earliest lease still held,

@@ -38,8 +38,9 @@ type Worker struct {
 type Report struct {
 	// Invalid: a task was set invalid (run, worker: the run it ended).
 	Invalid func(key, runID, workerID string, err error)
-	// Expired: a lapsed run of another worker was recorded expired.
-	Expired func(key, runID, workerID string)
+	// Expired: a lapsed run of another worker was recorded expired; its
+	// lease lapsed at lapsed.
+	Expired func(key, runID, workerID string, lapsed time.Time)
 	// Error: a background operation failed.
 	Error func(err error)
 	// Wake: something may have become claimable.
