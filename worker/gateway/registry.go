@@ -131,7 +131,9 @@ func (g *Gateway) reapIdlePools() {
 		if p == nil || held[p] {
 			continue
 		}
-		if s := g.executors[p.executor]; s != nil && !s.lastCall.Before(cutoff) {
+		// An executor not seen yet is taking right now: its take started
+		// the pool and notes it next.
+		if s := g.executors[p.executor]; s == nil || !s.lastCall.Before(cutoff) {
 			continue
 		}
 		if p.close() {
