@@ -243,10 +243,12 @@ func (c *Engine) writeEnd(r *lease.Run, end *runend.End) {
 	end.SendBy = time.Now().Add(r.Lease().Sub(c.clock.Now()) - c.pinger.Reserve())
 	var err error
 	sent := time.Now()
+	var inBatch time.Duration // how long the batcher had the end, for a person asking why it came late
 	for try := 1; ; try++ {
 		err = runend.ErrWriteAlone
 		if try == 1 && c.ends != nil {
 			err = c.ends.Write(end)
+			inBatch = time.Since(sent)
 		}
 		if errors.Is(err, runend.ErrWriteAlone) {
 			err = end.Write(ctx, c.coll)
@@ -278,7 +280,8 @@ func (c *Engine) writeEnd(r *lease.Run, end *runend.End) {
 		// The lease left as the handler ended, and how long the write took,
 		// tell a server too slow for the lease from a sweep that came early.
 		c.log.Warn("run was taken over before its end was written; result dropped", "key", r.Key, "run_id", r.RunID,
-			"lease_left_at_end", r.Lease().Sub(end.Record.Finished).Round(time.Millisecond), "write_took", time.Since(sent).Round(time.Millisecond))
+			"lease_left_at_end", r.Lease().Sub(end.Record.Finished).Round(time.Millisecond), "write_took", time.Since(sent).Round(time.Millisecond),
+			"in_batch", inBatch.Round(time.Millisecond))
 	case runend.Unwritable(err):
 		c.endUnwritable(r, end, err)
 		return
